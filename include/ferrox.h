@@ -1,0 +1,300 @@
+/*
+ * ferrox: a large-language-model inference engine.
+ *
+ * This is the one public header. Handles are opaque; every object has a create/free (or
+ * open/free, load/free) pair and fx_*_free(NULL) is a no-op. Functions that can fail return an
+ * fx_status and, when the caller passes a struct fx_error, fill it with a message naming what was
+ * wrong (and, for parsers, the byte offset where it was found). The library never exits or aborts
+ * on bad input.
+ *
+ * Thread safety is stated per section: immutable objects (an open GGUF file, a loaded model, a
+ * vocabulary) may be shared by any number of threads; mutable ones (a context, a writer) belong
+ * to one thread at a time.
+ */
+#ifndef FERROX_H
+#define FERROX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FX_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum fx_status {
+    FX_OK = 0,
+    FX_ERR_NOMEM,       /* an allocation failed */
+    FX_ERR_IO,          /* a file or socket operation failed */
+    FX_ERR_FORMAT,      /* input data is malformed (a GGUF file, a request, ...) */
+    FX_ERR_UNSUPPORTED, /* valid input that ferrox does not handle (an architecture, a type) */
+    FX_ERR_INVALID_ARG, /* a caller passed a bad argument or flag */
+    FX_ERR_CAPACITY,    /* a fixed capacity would be exceeded (context, KV blocks) */
+    FX_ERR_CANCELLED,   /* the operation was cancelled by the caller */
+    FX_ERR_NOT_FOUND,   /* a named thing (key, tensor, file) does not exist */
+} fx_status;
+
+/* Filled by a failing call when the caller passes one. `offset` is the byte offset in the input
+ * where a parser found the problem, or UINT64_MAX when no offset applies. */
+struct fx_error {
+    fx_status code;
+    char msg[256];
+    uint64_t offset;
+};
+
+#define FX_NO_OFFSET UINT64_MAX
+
+/* A short constant name for a status ("FX_ERR_FORMAT"); never NULL. */
+const char *fx_status_name(fx_status s);
+
+/* The library version, FX_VERSION. */
+const char *fx_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor element types: the ggml type ids used in GGUF files.
+ * Every id that GGUF defines is listed so that a reader can size and report any file; the
+ * kernels compute with the subset documented in src/kernels/types.h.
+ * ------------------------------------------------------------------------------------------- */
+
+enum fx_type {
+    FX_TYPE_F32 = 0,
+    FX_TYPE_F16 = 1,
+    FX_TYPE_Q4_0 = 2,
+    FX_TYPE_Q4_1 = 3,
+    FX_TYPE_Q5_0 = 6,
+    FX_TYPE_Q5_1 = 7,
+    FX_TYPE_Q8_0 = 8,
+    FX_TYPE_Q8_1 = 9,
+    FX_TYPE_Q2_K = 10,
+    FX_TYPE_Q3_K = 11,
+    FX_TYPE_Q4_K = 12,
+    FX_TYPE_Q5_K = 13,
+    FX_TYPE_Q6_K = 14,
+    FX_TYPE_Q8_K = 15,
+    FX_TYPE_IQ2_XXS = 16,
+    FX_TYPE_IQ2_XS = 17,
+    FX_TYPE_IQ3_XXS = 18,
+    FX_TYPE_IQ1_S = 19,
+    FX_TYPE_IQ4_NL = 20,
+    FX_TYPE_IQ3_S = 21,
+    FX_TYPE_IQ2_S = 22,
+    FX_TYPE_IQ4_XS = 23,
+    FX_TYPE_I8 = 24,
+    FX_TYPE_I16 = 25,
+    FX_TYPE_I32 = 26,
+    FX_TYPE_I64 = 27,
+    FX_TYPE_F64 = 28,
+    FX_TYPE_IQ1_M = 29,
+    FX_TYPE_BF16 = 30,
+    FX_TYPE_TQ1_0 = 34,
+    FX_TYPE_TQ2_0 = 35,
+    FX_TYPE_MXFP4 = 39,
+    FX_TYPE_COUNT = 40 /* one past the largest id; not every id below it is a type */
+};
+
+/* True when `type` is an id listed above. */
+bool fx_type_is_valid(uint32_t type);
+/* "Q4_K", or "?" for an invalid id. */
+const char *fx_type_name(enum fx_type type);
+/* Parses a type name ("q4_k" or "Q4_K"); false when unknown. */
+bool fx_type_from_name(const char *name, enum fx_type *out);
+/* Elements per block (1 for plain types, 32 or 256 for quantized ones); 0 for an invalid id. */
+int64_t fx_type_block_elems(enum fx_type type);
+/* Bytes per block; 0 for an invalid id. */
+int64_t fx_type_block_bytes(enum fx_type type);
+/* Bytes of a row of n elements. Fails (returns false) when n is not a whole number of blocks or
+ * the size overflows. */
+bool fx_type_row_bytes(enum fx_type type, int64_t n, uint64_t *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * GGUF files
+ *
+ * fx_gguf_open maps a file read-only and validates all of it (header, every metadata value,
+ * every tensor info, tensor data bounds, alignment, overlaps) before returning. What it hands out
+ * afterwards is only views into validated data: keys and string values are NUL-terminated copies,
+ * numeric arrays are aligned copies, tensor data points into the mapping. An open file is
+ * immutable and may be read from any number of threads. Every pointer it returns lives until
+ * fx_gguf_free.
+ * ------------------------------------------------------------------------------------------- */
+
+enum fx_gguf_type {
+    FX_GGUF_UINT8 = 0,
+    FX_GGUF_INT8 = 1,
+    FX_GGUF_UINT16 = 2,
+    FX_GGUF_INT16 = 3,
+    FX_GGUF_UINT32 = 4,
+    FX_GGUF_INT32 = 5,
+    FX_GGUF_FLOAT32 = 6,
+    FX_GGUF_BOOL = 7,
+    FX_GGUF_STRING = 8,
+    FX_GGUF_ARRAY = 9,
+    FX_GGUF_UINT64 = 10,
+    FX_GGUF_INT64 = 11,
+    FX_GGUF_FLOAT64 = 12,
+    FX_GGUF_TYPE_COUNT = 13
+};
+
+/* "uint32", "string", "array", ...; "?" for an unknown id. */
+const char *fx_gguf_type_name(enum fx_gguf_type type);
+
+/* A string from a GGUF file. `data` is NUL-terminated, but GGUF strings may themselves contain
+ * NUL bytes, so `len` is authoritative. */
+struct fx_gguf_str {
+    const char *data;
+    uint64_t len;
+};
+
+/* One metadata key/value pair. For FX_GGUF_ARRAY, `arr_type` is the element type, `arr_n` the
+ * element count, and `v.arr` points at arr_n elements of that type stored natively (for strings:
+ * an array of struct fx_gguf_str; for bools: one byte each, 0 or 1). */
+struct fx_gguf_kv {
+    const char *key;
+    enum fx_gguf_type type;
+    enum fx_gguf_type arr_type;
+    uint64_t arr_n;
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        uint64_t u64;
+        int64_t i64;
+        float f32;
+        double f64;
+        bool b;
+        struct fx_gguf_str str;
+        const void *arr;
+    } v;
+};
+
+#define FX_GGUF_MAX_DIMS 4
+
+/* A validated view of one tensor: n_elements and n_bytes are consistent with type and ne, and
+ * the data lies inside the file's data section. ne[0] is the row length (the innermost, fastest
+ * dimension); unused dimensions are 1. */
+struct fx_tensor_view {
+    const char *name;
+    enum fx_type type;
+    uint32_t n_dims;
+    int64_t ne[FX_GGUF_MAX_DIMS];
+    int64_t n_elements;
+    uint64_t n_bytes;
+    uint64_t offset; /* from the start of the data section */
+    const void *data;
+};
+
+struct fx_gguf;
+
+/* Opens and validates a GGUF file. On failure *out is NULL and err says what was wrong. */
+fx_status fx_gguf_open(const char *path, struct fx_gguf **out, struct fx_error *err);
+/* The same over a caller's buffer, which must outlive the returned object (tests, fuzzing). */
+fx_status fx_gguf_open_memory(const void *data, size_t size, struct fx_gguf **out,
+                              struct fx_error *err);
+void fx_gguf_free(struct fx_gguf *g);
+
+uint32_t fx_gguf_version(const struct fx_gguf *g);
+uint64_t fx_gguf_alignment(const struct fx_gguf *g);
+uint64_t fx_gguf_data_offset(const struct fx_gguf *g); /* file offset of the data section */
+uint64_t fx_gguf_file_size(const struct fx_gguf *g);
+
+int64_t fx_gguf_n_kv(const struct fx_gguf *g);
+/* The i-th pair in file order (0 <= i < n_kv). */
+const struct fx_gguf_kv *fx_gguf_kv_at(const struct fx_gguf *g, int64_t i);
+/* Lookup by key, O(1) expected; NULL when absent. */
+const struct fx_gguf_kv *fx_gguf_find_kv(const struct fx_gguf *g, const char *key);
+
+/* Typed getters. Each returns FX_ERR_NOT_FOUND when the key is absent and FX_ERR_FORMAT (message
+ * naming the key, the expected and the found type) when the value has another type or does not
+ * fit. Integer getters accept any integer type whose value fits the result. */
+fx_status fx_gguf_get_u32(const struct fx_gguf *g, const char *key, uint32_t *out,
+                          struct fx_error *err);
+fx_status fx_gguf_get_u64(const struct fx_gguf *g, const char *key, uint64_t *out,
+                          struct fx_error *err);
+fx_status fx_gguf_get_i32(const struct fx_gguf *g, const char *key, int32_t *out,
+                          struct fx_error *err);
+fx_status fx_gguf_get_f32(const struct fx_gguf *g, const char *key, float *out,
+                          struct fx_error *err); /* accepts float32 and float64 */
+fx_status fx_gguf_get_bool(const struct fx_gguf *g, const char *key, bool *out,
+                           struct fx_error *err);
+fx_status fx_gguf_get_str(const struct fx_gguf *g, const char *key, struct fx_gguf_str *out,
+                          struct fx_error *err);
+/* An array whose elements have type `elem`; *data points at *n native elements. */
+fx_status fx_gguf_get_arr(const struct fx_gguf *g, const char *key, enum fx_gguf_type elem,
+                          const void **data, uint64_t *n, struct fx_error *err);
+
+int64_t fx_gguf_n_tensors(const struct fx_gguf *g);
+/* The i-th tensor in file order (0 <= i < n_tensors). */
+const struct fx_tensor_view *fx_gguf_tensor_at(const struct fx_gguf *g, int64_t i);
+/* Lookup by name, O(1) expected; NULL when absent. */
+const struct fx_tensor_view *fx_gguf_find_tensor(const struct fx_gguf *g, const char *name);
+
+/* ---------------------------------------------------------------------------------------------
+ * GGUF writer
+ *
+ * Collects metadata and tensor descriptions, then writes a standard GGUF v3 file (to a temporary
+ * name, renamed into place once complete, so a failed write never leaves a truncated file under
+ * the final name). Tensor data is either borrowed from the caller (it must stay valid until the
+ * write) or produced during the write by a fill callback, so files larger than memory can be
+ * written. A writer belongs to one thread.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_gguf_writer;
+
+/* Fills `size` bytes of tensor `index` (in the order tensors were added) into dst. */
+typedef fx_status (*fx_gguf_fill_fn)(void *user, int64_t index, void *dst, uint64_t size,
+                                     struct fx_error *err);
+
+fx_status fx_gguf_writer_create(struct fx_gguf_writer **out, struct fx_error *err);
+void fx_gguf_writer_free(struct fx_gguf_writer *w);
+
+/* Sets general.alignment (a power of two) used to place tensor data; the default is 32. */
+fx_status fx_gguf_writer_set_alignment(struct fx_gguf_writer *w, uint32_t alignment,
+                                       struct fx_error *err);
+
+/* Adds (or replaces) one key/value pair; every value, string and array is copied. */
+fx_status fx_gguf_writer_set_kv(struct fx_gguf_writer *w, const struct fx_gguf_kv *kv,
+                                struct fx_error *err);
+fx_status fx_gguf_writer_set_u32(struct fx_gguf_writer *w, const char *key, uint32_t v,
+                                 struct fx_error *err);
+fx_status fx_gguf_writer_set_i32(struct fx_gguf_writer *w, const char *key, int32_t v,
+                                 struct fx_error *err);
+fx_status fx_gguf_writer_set_u64(struct fx_gguf_writer *w, const char *key, uint64_t v,
+                                 struct fx_error *err);
+fx_status fx_gguf_writer_set_f32(struct fx_gguf_writer *w, const char *key, float v,
+                                 struct fx_error *err);
+fx_status fx_gguf_writer_set_bool(struct fx_gguf_writer *w, const char *key, bool v,
+                                  struct fx_error *err);
+fx_status fx_gguf_writer_set_str(struct fx_gguf_writer *w, const char *key, const char *v,
+                                 struct fx_error *err);
+/* A numeric or bool array of n native elements of type `elem`. */
+fx_status fx_gguf_writer_set_arr(struct fx_gguf_writer *w, const char *key, enum fx_gguf_type elem,
+                                 const void *data, uint64_t n, struct fx_error *err);
+/* An array of n NUL-terminated strings. */
+fx_status fx_gguf_writer_set_str_arr(struct fx_gguf_writer *w, const char *key,
+                                     const char *const *strs, uint64_t n, struct fx_error *err);
+/* Removes a key if present. */
+void fx_gguf_writer_remove_kv(struct fx_gguf_writer *w, const char *key);
+
+/* Adds a tensor. `data` (n_bytes of type/ne) is borrowed until the write; pass NULL to have the
+ * writer call the fill callback for it instead. Names must be unique. */
+fx_status fx_gguf_writer_add_tensor(struct fx_gguf_writer *w, const char *name, enum fx_type type,
+                                    uint32_t n_dims, const int64_t *ne, const void *data,
+                                    struct fx_error *err);
+
+/* Writes the file. `fill` may be NULL when every tensor was given data. */
+fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gguf_fill_fn fill,
+                               void *user, struct fx_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERROX_H */

@@ -1,0 +1,7 @@
+/* The subcommands of the ferrox program. Each takes the arguments after its name (argv[0] is the
+ * subcommand name) and returns the process exit status: 0 on success, 1 on a failure it has
+ * reported on stderr, 2 on a usage error. */
+#ifndef FX_CLI_H
+#define FX_CLI_H
+
+#endif

@@ -1,0 +1,50 @@
+/* ferrox: the command-line program. Dispatches to one subcommand per file in src/cli/. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "ferrox.h"
+
+struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+};
+
+/* One line per subcommand; the list ends with an empty entry. */
+static const struct command commands[] = {
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: ferrox COMMAND [ARGS...]\n       ferrox --version\n\ncommands:\n");
+    for (const struct command *c = commands; c->name; c++)
+        fprintf(out, "  %-12s %s\n", c->name, c->summary);
+    fprintf(out, "\nRun 'ferrox COMMAND --help' for the options of one command.\n");
+}
+
+static void print_version(void) {
+    printf("ferrox %s\n", fx_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        print_version();
+        return 0;
+    }
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (const struct command *c = commands; c->name; c++)
+        if (strcmp(name, c->name) == 0)
+            return c->run(argc - 1, argv + 1);
+    fprintf(stderr, "ferrox: unknown command '%s'\n", name);
+    usage(stderr);
+    return 2;
+}
