@@ -293,6 +293,43 @@ fx_status fx_gguf_writer_add_tensor(struct fx_gguf_writer *w, const char *name, 
 fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gguf_fill_fn fill,
                                void *user, struct fx_error *err);
 
+/* ---------------------------------------------------------------------------------------------
+ * Models
+ *
+ * A model is the immutable description and weights of one GGUF file: architecture, hyper-
+ * parameters, and weight views into the file's read-only mapping. Supported architectures:
+ * llama (Llama 1-3, Mistral, TinyLlama, SmolLM2, Mixtral-style experts), qwen2, qwen3, qwen3moe,
+ * gemma2, gemma3, gpt-oss. A loaded model may be shared by any number of contexts and threads;
+ * free it only after every context using it.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_model;
+
+struct fx_model_params {
+    int reserved; /* no options yet; use fx_model_default_params() */
+};
+
+struct fx_model_params fx_model_default_params(void);
+
+/* Loads a model file. Missing or mis-shaped tensors and absurd hyper-parameters are errors naming
+ * the tensor or key with the expected and the found value. `params` may be NULL. */
+fx_status fx_model_load(const char *path, const struct fx_model_params *params,
+                        struct fx_model **out, struct fx_error *err);
+/* The same from an already open file; on success the model owns `g` and frees it. */
+fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *params,
+                             struct fx_model **out, struct fx_error *err);
+void fx_model_free(struct fx_model *m);
+
+const char *fx_model_arch(const struct fx_model *m); /* "llama", "qwen3", ... */
+int32_t fx_model_n_vocab(const struct fx_model *m);
+int32_t fx_model_n_embd(const struct fx_model *m);
+int32_t fx_model_n_layer(const struct fx_model *m);
+int32_t fx_model_n_ctx_train(const struct fx_model *m);
+uint64_t fx_model_n_params(const struct fx_model *m); /* elements of every tensor */
+uint64_t fx_model_size(const struct fx_model *m);     /* bytes of every tensor */
+/* The open file the model was loaded from (its metadata, e.g. for the tokenizer). */
+const struct fx_gguf *fx_model_gguf(const struct fx_model *m);
+
 #ifdef __cplusplus
 }
 #endif
