@@ -238,7 +238,7 @@ fx_status fx_ld_common_hparams(struct fx_loader *ld) {
     hp->attn_softcap = 0.0f;
     hp->final_softcap = 0.0f;
     hp->n_swa = 0;
-    hp->act = FX_ACT_SILU;
+    hp->act = FX_FFN_SILU;
     hp->act_limit = 0.0f;
     hp->n_expert = hp->n_expert_used = hp->n_ff_exp = 0;
     hp->router = FX_ROUTER_SOFTMAX_TOPK;

@@ -15,15 +15,10 @@
 #include "ferrox.h"
 #include "kernels/kernels.h"
 
-enum fx_rope_kind {
-    FX_ROPE_NORMAL, /* rotates adjacent pairs (x[2i], x[2i+1]) */
-    FX_ROPE_NEOX,   /* rotates pairs (x[i], x[i + n_rot/2]) */
-};
-
 /* How positions are turned into rotation angles, as llama.cpp defines them: theta_i = pos *
  * freq_scale * base^(-2i/n_rot) / freq_factors[i], with YaRN blending when ext_factor > 0. */
 struct fx_rope_config {
-    enum fx_rope_kind kind;
+    enum fx_rope_mode kind; /* FX_ROPE_NORMAL or FX_ROPE_NEOX (kernels.h) */
     int32_t n_rot;        /* rotated dimensions per head (even, <= head_dim) */
     float freq_base;      /* base of global layers */
     float freq_base_swa;  /* base of sliding-window layers (gemma3); equals freq_base otherwise */
@@ -37,9 +32,9 @@ struct fx_rope_config {
 };
 
 enum fx_ffn_act {
-    FX_ACT_SILU,       /* down(silu(gate x) * up x) */
-    FX_ACT_GELU,       /* down(gelu_tanh(gate x) * up x) */
-    FX_ACT_SWIGLU_OAI, /* gpt-oss: min(g, L) * sigmoid(1.702 min(g, L)) * (clamp(u, -L, L) + 1) */
+    FX_FFN_SILU,       /* down(silu(gate x) * up x) */
+    FX_FFN_GELU,       /* down(gelu_tanh(gate x) * up x) */
+    FX_FFN_SWIGLU_OAI, /* gpt-oss: min(g, L) * sigmoid(1.702 min(g, L)) * (clamp(u, -L, L) + 1) */
 };
 
 enum fx_router_kind {

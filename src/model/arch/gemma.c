@@ -33,7 +33,7 @@ fx_status fx_arch_gemma2_load(struct fx_loader *ld) {
     struct fx_hparams *hp = &ld->m->hp;
     hp->rope.kind = FX_ROPE_NEOX;
     hp->embd_scale = sqrtf((float)hp->n_embd);
-    hp->act = FX_ACT_GELU;
+    hp->act = FX_FFN_GELU;
     hp->attn_softcap = 50.0f;
     hp->final_softcap = 30.0f;
     int32_t period = 2;
@@ -51,7 +51,7 @@ fx_status fx_arch_gemma3_load(struct fx_loader *ld) {
     struct fx_hparams *hp = &ld->m->hp;
     hp->rope.kind = FX_ROPE_NEOX;
     hp->embd_scale = sqrtf((float)hp->n_embd);
-    hp->act = FX_ACT_GELU;
+    hp->act = FX_FFN_GELU;
     /* Local layers keep base 10000 and no frequency scaling unless the file says otherwise. */
     hp->rope.freq_base_swa = 10000.0f;
     hp->rope.freq_scale_swa = 1.0f;

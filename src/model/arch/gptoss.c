@@ -10,7 +10,7 @@ fx_status fx_arch_gptoss_load(struct fx_loader *ld) {
         return fx_error_set(ld->err, FX_ERR_FORMAT, FX_NO_OFFSET,
                             "missing key 'gpt-oss.expert_count'");
     hp->rope.kind = FX_ROPE_NEOX;
-    hp->act = FX_ACT_SWIGLU_OAI;
+    hp->act = FX_FFN_SWIGLU_OAI;
     hp->act_limit = 7.0f;
     hp->router = FX_ROUTER_TOPK_SOFTMAX;
     hp->expert_weights_norm = false;
