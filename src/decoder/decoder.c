@@ -17,6 +17,8 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
                             "a forward call needs at least one token");
     if (rows != FX_LOGITS_NONE && !logits)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "logits buffer is NULL");
+    if (rows == FX_LOGITS_NONE && !hidden)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
     if (pos0 < 0 || pos0 > ctx->kv.n_filled)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "position %d is not in 0..%d (the cache holds %d positions)", pos0,
