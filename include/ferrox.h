@@ -293,6 +293,16 @@ fx_status fx_gguf_writer_add_tensor(struct fx_gguf_writer *w, const char *name, 
 fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gguf_fill_fn fill,
                                void *user, struct fx_error *err);
 
+/* ---------------------------------------------------------------------------------------------
+ * Kernels
+ * ------------------------------------------------------------------------------------------- */
+
+/* The name of the kernel table this process computes with ("generic", "avx2" or "avx512"),
+ * chosen once from the CPU's features, or forced with the environment variable
+ * FERROX_CPU=generic|avx2|avx512 (an unknown or unsupported name is reported on stderr and the
+ * best supported table is used). Thread-safe. */
+const char *fx_kernels_name(void);
+
 #ifdef __cplusplus
 }
 #endif
