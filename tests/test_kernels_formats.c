@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "kernels/half.h"
 #include "kernels/kernels.h"
+#include "kernels/types.h"
 #include "kernels_ref.h"
 
 /* ---- fp16 ---------------------------------------------------------------------------------- */
@@ -359,4 +360,57 @@ FX_TEST(kernels_quantize_round_trip_within_bounds) {
     }
     free(x);
     free(y);
+}
+
+/* Encoding works block by block: a NaN, an infinity or a huge value in one block neither crashes
+ * an encoder (the sanitizer build checks for undefined behaviour) nor changes the other blocks'
+ * bytes. */
+FX_TEST(kernels_quantize_tolerates_non_finite_input) {
+    const struct fx_kernels *g = fx_kernels_named("generic");
+    struct fx_test_rng rng = {13};
+    const int64_t n = 256 * 3;
+    static const float poison[] = {NAN, INFINITY, -INFINITY, 3e38f, -1e-40f};
+    float x[256 * 3], y[256 * 3];
+    for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
+        enum fx_type t = weight_types[ti];
+        int64_t qk = fx_type_block_elems(t) == 1 ? 32 : fx_type_block_elems(t);
+        size_t bytes = kref_row_bytes(t, n);
+        uint8_t *clean = malloc(bytes), *dirty = malloc(bytes);
+        assert_non_null(clean);
+        assert_non_null(dirty);
+        for (size_t p = 0; p < sizeof poison / sizeof poison[0]; p++) {
+            kref_normal(x, n, &rng);
+            memcpy(y, x, sizeof x);
+            for (int64_t i = qk; i < 2 * qk; i += 7) /* the second block only */
+                y[i] = poison[p];
+            g->types[t].from_float(x, clean, n);
+            g->types[t].from_float(y, dirty, n);
+            size_t block = (size_t)kref_row_bytes(t, qk);
+            if (fx_type_block_elems(t) == 1) /* plain formats: elements, not blocks */
+                for (int64_t i = 0; i < n; i++)
+                    assert_true(x[i] != y[i] ||
+                                memcmp(clean + i * (int64_t)block / qk,
+                                       dirty + i * (int64_t)block / qk, block / (size_t)qk) == 0);
+            else {
+                assert_memory_equal(clean, dirty, block);
+                assert_memory_equal(clean + 2 * block, dirty + 2 * block, bytes - 2 * block);
+            }
+            g->types[t].to_float(dirty, y, n); /* decoding any bytes is defined too */
+        }
+        free(clean);
+        free(dirty);
+    }
+    /* The activation quantizers of every table, on the same kind of row. */
+    static const enum fx_type acts[] = {FX_TYPE_Q8_0, FX_TYPE_Q8_1, FX_TYPE_Q8_K};
+    const struct fx_kernels *tables[3];
+    int n_tables = kref_tables(tables);
+    uint8_t act[sizeof(struct fx_block_q8_K) * 3];
+    for (int k = 0; k < n_tables; k++)
+        for (size_t a = 0; a < 3; a++)
+            for (size_t p = 0; p < sizeof poison / sizeof poison[0]; p++) {
+                kref_normal(y, n, &rng);
+                y[300] = poison[p];
+                tables[k]->types[acts[a]].quantize_act(y, act, n);
+                tables[k]->types[acts[a]].to_float(act, x, n);
+            }
 }

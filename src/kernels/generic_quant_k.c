@@ -9,7 +9,10 @@
  * -ffast-math (the Makefile's -std=c11 keeps contraction off).
  *
  * Activations for these formats are Q8_K: 256 int8 with an f32 scale and the sums of each 16,
- * which the min terms of the dot products use. */
+ * which the min terms of the dot products use.
+ *
+ * As in generic_quant.c, NaN or infinite inputs give some code, never undefined behaviour: every
+ * code is clamped as an integer, and fx_round_even is defined for any float. */
 #include <math.h>
 
 #include "kernels/generic.h"
@@ -260,7 +263,7 @@ void fx_q2_K_from_float(const float *restrict src, void *restrict dst, int64_t n
         if (max_min > 0) {
             float iscale = q4scale / max_min;
             for (int j = 0; j < FX_QK_K / 16; j++)
-                b->scales[j] |= (uint8_t)(fx_round_even(iscale * mins[j]) << 4);
+                b->scales[j] |= (uint8_t)((unsigned)fx_round_even(iscale * mins[j]) << 4);
             b->dmin = fx_f32_to_fp16(max_min / q4scale);
         } else {
             b->dmin = fx_f32_to_fp16(0.f);
