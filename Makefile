@@ -67,8 +67,8 @@ TEST_BIN := $(BUILD)/ferrox_tests
 # Per-ISA kernel files: the only objects built with -m flags.
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
 ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
-$(BUILD)/src/kernels/x86_avx2%.o: ISA_FLAGS := $(ISA_AVX2)
-$(BUILD)/src/kernels/x86_avx512%.o: ISA_FLAGS := $(ISA_AVX512)
+$(BUILD)/src/kernels/x86_avx2%: ISA_FLAGS := $(ISA_AVX2)
+$(BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 
 .PHONY: all test fuzz format format-check clean
 .DEFAULT_GOAL := all
@@ -109,8 +109,8 @@ $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CLANG) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) $(ISA_FLAGS) -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/src/kernels/x86_avx2%.o: ISA_FLAGS := $(ISA_AVX2)
-$(FUZZ_BUILD)/src/kernels/x86_avx512%.o: ISA_FLAGS := $(ISA_AVX512)
+$(FUZZ_BUILD)/src/kernels/x86_avx2%: ISA_FLAGS := $(ISA_AVX2)
+$(FUZZ_BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	$(CLANG) -fsanitize=fuzzer,address,undefined -pthread $^ $(LDLIBS_ALL) -o $@

@@ -531,6 +531,16 @@ void fx_stopper_finish(struct fx_stopper *st, struct fx_stop_result *out);
 /* Makes the stopper ready for a new generation with the same parameters. */
 void fx_stopper_reset(struct fx_stopper *st);
 
+/* ---------------------------------------------------------------------------------------------
+ * Kernels
+ * ------------------------------------------------------------------------------------------- */
+
+/* The name of the kernel table this process computes with ("generic", "avx2" or "avx512"),
+ * chosen once from the CPU's features, or forced with the environment variable
+ * FERROX_CPU=generic|avx2|avx512 (an unknown or unsupported name is reported on stderr and the
+ * best supported table is used). Thread-safe. */
+const char *fx_kernels_name(void);
+
 #ifdef __cplusplus
 }
 #endif

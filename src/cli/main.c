@@ -24,7 +24,7 @@ static void usage(FILE *out) {
 }
 
 static void print_version(void) {
-    printf("ferrox %s\n", fx_version());
+    printf("ferrox %s\nkernels: %s\n", fx_version(), fx_kernels_name());
 }
 
 int main(int argc, char **argv) {
