@@ -35,9 +35,9 @@ static uint64_t reserve(struct plan *p, uint64_t count, uint64_t size) {
 /* Every matrix a forward pass multiplies by (not the embedding table, which is only looked up). */
 static int model_mats(const struct fx_model *m, int il, const struct fx_mat **out) {
     const struct fx_layer *l = &m->layers[il];
-    const struct fx_mat *all[] = {&l->wq,          &l->wk,          &l->wv,
-                                  &l->wo,          &l->ffn_gate,    &l->ffn_up,
-                                  &l->ffn_down,    &l->router,      &l->gate_exps.per,
+    const struct fx_mat *all[] = {&l->wq,          &l->wk,           &l->wv,
+                                  &l->wo,          &l->ffn_gate,     &l->ffn_up,
+                                  &l->ffn_down,    &l->router,       &l->gate_exps.per,
                                   &l->up_exps.per, &l->down_exps.per};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -145,8 +145,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "context size %d is not in 1..%d", p.n_ctx, 1 << 24);
     if (p.n_batch < 1 || p.n_batch > (1 << 16))
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
-                            "batch size %d is not in 1..%d", p.n_batch, 1 << 16);
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "batch size %d is not in 1..%d",
+                            p.n_batch, 1 << 16);
     if (p.n_threads < 0 || p.n_threads > FX_POOL_MAX_THREADS)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "thread count %d is not in 0..%d", p.n_threads, FX_POOL_MAX_THREADS);
@@ -177,16 +177,15 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     plan_layout(ctx, fx_pool_size(ctx->pool), swa_differs, &plan, &o);
     if (plan.overflow || plan.size > SIZE_MAX - ARENA_ALIGN) {
         st = fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
-                          "scratch for a batch of %d rows and a context of %d overflows",
-                          p.n_batch, p.n_ctx);
+                          "scratch for a batch of %d rows and a context of %d overflows", p.n_batch,
+                          p.n_ctx);
         goto fail;
     }
-    ctx->arena = aligned_alloc(ARENA_ALIGN, (size_t)(plan.size + ARENA_ALIGN - 1) /
-                                                ARENA_ALIGN * ARENA_ALIGN);
+    ctx->arena = aligned_alloc(ARENA_ALIGN,
+                               (size_t)(plan.size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN);
     if (!ctx->arena) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
-                          "out of memory for %llu bytes of scratch",
-                          (unsigned long long)plan.size);
+                          "out of memory for %llu bytes of scratch", (unsigned long long)plan.size);
         goto fail;
     }
     uint8_t *base = ctx->arena;

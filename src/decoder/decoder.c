@@ -9,8 +9,8 @@
 #include "core/error.h"
 
 fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
-                         enum fx_logits_rows rows, float *logits, float *hidden,
-                         struct fx_fwd *out, struct fx_error *err) {
+                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
+                         struct fx_error *err) {
     const struct fx_hparams *hp = &ctx->model->hp;
     if (n < 1 || !tokens)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
@@ -25,8 +25,8 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
                             ctx->kv.n_filled, ctx->kv.n_filled);
     if (n > ctx->n_ctx - pos0)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
-                            "%lld tokens at position %d exceed the context of %d",
-                            (long long)n, pos0, ctx->n_ctx);
+                            "%lld tokens at position %d exceed the context of %d", (long long)n,
+                            pos0, ctx->n_ctx);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
@@ -49,9 +49,8 @@ void fx_fwd_finish(const struct fx_fwd *f) {
     f->ctx->kv.n_filled = f->pos0 + (int32_t)f->n;
 }
 
-void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                float *out, const float *in, const float *weight, int64_t n,
-                                int64_t dim) {
+void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx, float *out,
+                                const float *in, const float *weight, int64_t n, int64_t dim) {
     int64_t b, e;
     fx_par_range(n, w->ith, w->nth, 1, &b, &e);
     for (int64_t i = b; i < e; i++)

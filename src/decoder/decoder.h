@@ -38,15 +38,15 @@ struct fx_scratch {
      * [n_ffn_rows][act_row_bytes[type]]. */
     void *act[FX_TYPE_COUNT];
     /* Mixture of experts. */
-    float *router;       /* [n_batch][n_expert] router logits */
-    int32_t *sel;        /* [n_batch][n_expert_used] selected experts, best first */
-    float *sel_w;        /* [n_batch][n_expert_used] their weights */
-    int32_t *slot;       /* [n_batch][n_expert_used] grouped slot of each selection */
-    int32_t *slot_row;   /* [n_ffn_rows] the row each grouped slot belongs to */
+    float *router;        /* [n_batch][n_expert] router logits */
+    int32_t *sel;         /* [n_batch][n_expert_used] selected experts, best first */
+    float *sel_w;         /* [n_batch][n_expert_used] their weights */
+    int32_t *slot;        /* [n_batch][n_expert_used] grouped slot of each selection */
+    int32_t *slot_row;    /* [n_ffn_rows] the row each grouped slot belongs to */
     int32_t *slot_expert; /* [n_ffn_rows] the expert of each grouped slot */
-    int32_t *expert_off; /* [n_expert + 1] first grouped slot of each expert */
-    float *xg;           /* [n_ffn_rows][n_embd] normed rows gathered by expert */
-    float *yg;           /* [n_ffn_rows][n_embd] expert outputs by grouped slot */
+    int32_t *expert_off;  /* [n_expert + 1] first grouped slot of each expert */
+    float *xg;            /* [n_ffn_rows][n_embd] normed rows gathered by expert */
+    float *yg;            /* [n_ffn_rows][n_embd] expert outputs by grouped slot */
     /* Rope (cos, sin) per position: [n_ctx][n_rot / 2][2] for global layers ([0]) and
      * sliding-window layers ([1], the same table when their rope does not differ). */
     const float *rope[2];
@@ -88,8 +88,8 @@ struct fx_chunk {
 /* Checks everything that can fail (tokens, positions, capacity) before the pool is entered, so
  * that the body cannot fail halfway (ARCHITECTURE.md rule 4). */
 fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
-                         enum fx_logits_rows rows, float *logits, float *hidden,
-                         struct fx_fwd *out, struct fx_error *err);
+                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
+                         struct fx_error *err);
 /* The forward body every worker runs (one fx_par_run). */
 void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache is filled. */
@@ -105,9 +105,8 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
 
 /* out[i] = rms_norm(in[i]) * weight for this worker's share of n rows of dim floats. No
  * barrier. */
-void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                float *out, const float *in, const float *weight, int64_t n,
-                                int64_t dim);
+void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx, float *out,
+                                const float *in, const float *weight, int64_t n, int64_t dim);
 
 /* outs[i] = src * ws[i]^T for n rows of n_in floats (rows n_in apart; outs[i] rows ws[i]->ne1
  * apart): quantizes src once per activation format the weights need, then every worker computes
@@ -128,11 +127,12 @@ const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, c
 
 /* gate[r] = act(gate[r]) * up[r] for rows r0 <= r < r1 of n_ff floats, with the model's gated
  * activation. */
-void fx_dec_gated_act_rows(const struct fx_context *ctx, float *gate, const float *up,
-                           int64_t n_ff, int64_t r0, int64_t r1);
+void fx_dec_gated_act_rows(const struct fx_context *ctx, float *gate, const float *up, int64_t n_ff,
+                           int64_t r0, int64_t r1);
 
-/* FERROX_DUMP: worker 0 writes n rows of dim floats as DIR/<name>-<il>.bin (il < 0: DIR/<name>.bin),
- * replacing the file of the previous call. Called after the barrier that completes buf. */
+/* FERROX_DUMP: worker 0 writes n rows of dim floats as DIR/<name>-<il>.bin (il < 0:
+ * DIR/<name>.bin), replacing the file of the previous call. Called after the barrier that completes
+ * buf. */
 void fx_dec_dump(const struct fx_worker *w, const struct fx_chunk *c, const char *name, int il,
                  const float *buf, int64_t n, int64_t dim);
 

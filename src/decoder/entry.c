@@ -2,6 +2,7 @@
  * (ARCHITECTURE.md rule 1: fx_par_cold_entries() grows by one per call, whatever the number of
  * layers), and records the new cache length. Nothing else in the library defines a public
  * fx_forward_* function; a test checks it. */
+#include "core/error.h"
 #include "decoder/decoder.h"
 
 static fx_status forward(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,

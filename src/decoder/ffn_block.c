@@ -7,8 +7,8 @@
  * The gated activation is shared with the MoE block (fx_dec_gated_act_rows). */
 #include "decoder/decoder.h"
 
-void fx_dec_gated_act_rows(const struct fx_context *ctx, float *gate, const float *up,
-                           int64_t n_ff, int64_t r0, int64_t r1) {
+void fx_dec_gated_act_rows(const struct fx_context *ctx, float *gate, const float *up, int64_t n_ff,
+                           int64_t r0, int64_t r1) {
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     for (int64_t r = r0; r < r1; r++) {

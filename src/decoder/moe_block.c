@@ -134,8 +134,7 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
 
     fx_par_range(n_slots, w->ith, w->nth, 1, &b, &e);
     for (int64_t r = b; r < e; r++)
-        memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim,
-               (size_t)dim * sizeof(float));
+        memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim, (size_t)dim * sizeof(float));
     fx_par_barrier(w);
 
     const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};

@@ -19,13 +19,13 @@
  * freq_scale * base^(-2i/n_rot) / freq_factors[i], with YaRN blending when ext_factor > 0. */
 struct fx_rope_config {
     enum fx_rope_mode kind; /* FX_ROPE_NORMAL or FX_ROPE_NEOX (kernels.h) */
-    int32_t n_rot;        /* rotated dimensions per head (even, <= head_dim) */
-    float freq_base;      /* base of global layers */
-    float freq_base_swa;  /* base of sliding-window layers (gemma3); equals freq_base otherwise */
-    float freq_scale;     /* 1 / linear or YaRN factor; 1 when unscaled */
-    float freq_scale_swa; /* the same for sliding-window layers (gemma3 leaves them unscaled) */
-    float ext_factor;     /* YaRN extrapolation mix; 0 when YaRN is off */
-    float attn_factor;    /* YaRN magnitude factor before the log correction; 1 by default */
+    int32_t n_rot;          /* rotated dimensions per head (even, <= head_dim) */
+    float freq_base;        /* base of global layers */
+    float freq_base_swa;    /* base of sliding-window layers (gemma3); equals freq_base otherwise */
+    float freq_scale;       /* 1 / linear or YaRN factor; 1 when unscaled */
+    float freq_scale_swa;   /* the same for sliding-window layers (gemma3 leaves them unscaled) */
+    float ext_factor;       /* YaRN extrapolation mix; 0 when YaRN is off */
+    float attn_factor;      /* YaRN magnitude factor before the log correction; 1 by default */
     float beta_fast, beta_slow;
     int32_t n_ctx_orig;        /* training context YaRN corrects against */
     const float *freq_factors; /* [n_rot / 2] divisors (llama3 rope_freqs.weight), or NULL */
