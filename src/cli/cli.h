@@ -4,4 +4,7 @@
 #ifndef FX_CLI_H
 #define FX_CLI_H
 
+int fx_cli_inspect(int argc, char **argv);
+int fx_cli_synth(int argc, char **argv);
+
 #endif

@@ -13,6 +13,8 @@ struct command {
 
 /* One line per subcommand; the list ends with an empty entry. */
 static const struct command commands[] = {
+    {"inspect", fx_cli_inspect, "print a GGUF file's header, metadata and tensors"},
+    {"synth", fx_cli_synth, "write a random-weight GGUF model of a real model's shape"},
     {NULL, NULL, NULL},
 };
 
