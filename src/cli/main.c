@@ -15,6 +15,8 @@ struct command {
 static const struct command commands[] = {
     {"inspect", fx_cli_inspect, "print a GGUF file's header, metadata and tensors"},
     {"synth", fx_cli_synth, "write a random-weight GGUF model of a real model's shape"},
+    {"eval", fx_cli_eval, "evaluate token ids: all-position logits, greedy continuation"},
+    {"bench", fx_cli_bench, "llama-bench-style prefill (pp) and decode (tg) speed table"},
     {NULL, NULL, NULL},
 };
 
