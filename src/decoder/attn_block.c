@@ -8,8 +8,9 @@
  *             softcap, softmax (+ sink), att = sum_j p_j v_j
  *   h = att Wo^T (+bo), post-norm (gemma), x += h
  *
- * Each row's attention is computed by the same code whether it arrives alone or in a batch, in
- * the same order (keys ascending), so a batched step and single steps give the same numbers. */
+ * Attention runs in blocks of rows per KV head (each key and value row read once per block), but
+ * each row's arithmetic is the same whether it arrives alone or in a batch, in the same order
+ * (keys ascending), so a batched step and single steps give the same numbers. */
 #include <math.h>
 #include <string.h>
 
@@ -49,9 +50,37 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     }
 }
 
-/* att[i][h] for this worker's share of the (row, head) pairs. */
-static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
-    const struct fx_context *ctx = c->f->ctx;
+/* A block of query rows and the key positions each row sees. The rows of a block share one
+ * sequence's cache (with the contiguous kind, every row of a step does). */
+struct att_block {
+    int64_t i0, n;                  /* rows i0 .. i0 + n - 1 of the chunk */
+    int32_t lo[FX_ATT_BLOCK_ROWS];  /* first visible key of each row */
+    int32_t pos[FX_ATT_BLOCK_ROWS]; /* its position: the last visible key */
+    int32_t lo_min, pos_max;        /* the union of their ranges */
+};
+
+static void block_ranges(const struct fx_chunk *c, const struct fx_layer *l, int32_t n_swa,
+                         struct att_block *b) {
+    b->lo_min = INT32_MAX;
+    b->pos_max = -1;
+    for (int64_t r = 0; r < b->n; r++) {
+        int32_t pos = fx_kv_step_pos(&c->kv, b->i0 + r);
+        b->pos[r] = pos;
+        b->lo[r] = l->swa && pos >= n_swa ? pos - n_swa + 1 : 0;
+        if (b->lo[r] < b->lo_min)
+            b->lo_min = b->lo[r];
+        if (pos > b->pos_max)
+            b->pos_max = pos;
+    }
+}
+
+/* Attention of one KV head's query heads for one block of rows. Each key and value row is read
+ * once for the whole block (rows x heads of the group); every score is the same dot product, and
+ * every output sums its values in ascending key order, exactly as for a block of one row, so a
+ * row's result does not depend on the rows it is batched with.
+ * scores: [n rows][group][n_ctx], one line per (row, head), indexed from the row's first key. */
+static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
+                         const struct att_block *b, float *scores) {
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
@@ -59,28 +88,61 @@ static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
     int64_t q_dim = hp->n_head * hd, att_dim = hp->n_head * hd_v;
     int group = hp->n_head / hp->n_head_kv;
-    float *scores = ctx->s.scores + (int64_t)w->ith * ctx->n_ctx;
-    int64_t b, e;
-    fx_par_range(c->n * hp->n_head, w->ith, w->nth, 1, &b, &e);
-    for (int64_t item = b; item < e; item++) {
-        int64_t i = item / hp->n_head;
-        int h = (int)(item % hp->n_head), g = h / group;
-        const float *q = ctx->s.q + i * q_dim + h * hd;
-        int32_t pos = fx_kv_step_pos(&c->kv, i);
-        int32_t lo = l->swa && pos >= hp->n_swa ? pos - hp->n_swa + 1 : 0;
-        int64_t n_keys = pos - lo + 1;
-        for (int64_t j = 0; j < n_keys; j++) {
-            float s;
-            dot(hd, &s, fx_kv_step_k(&c->kv, il, i, lo + j) + g * hd, q);
-            scores[j] = s * hp->attn_scale;
+    int64_t line = ctx->n_ctx;
+
+    for (int32_t j = b->lo_min; j <= b->pos_max; j++) {
+        const float *key = fx_kv_step_k(&c->kv, il, b->i0, j) + g * hd;
+        for (int64_t r = 0; r < b->n; r++) {
+            if (j < b->lo[r] || j > b->pos[r])
+                continue;
+            const float *q = ctx->s.q + (b->i0 + r) * q_dim + (int64_t)g * group * hd;
+            float *sc = scores + r * group * line + (j - b->lo[r]);
+            for (int hh = 0; hh < group; hh++) {
+                float s;
+                dot(hd, &s, key, q + hh * hd);
+                sc[hh * line] = s * hp->attn_scale;
+            }
         }
-        if (hp->attn_softcap > 0.0f)
-            k->softcap(scores, n_keys, hp->attn_softcap);
-        k->softmax(scores, n_keys, l->sinks ? l->sinks[h] : -INFINITY);
-        float *out = ctx->s.att + i * att_dim + h * hd_v;
-        memset(out, 0, (size_t)hd_v * sizeof(float));
-        for (int64_t j = 0; j < n_keys; j++)
-            k->axpy(out, fx_kv_step_v(&c->kv, il, i, lo + j) + g * hd_v, scores[j], hd_v);
+    }
+    for (int64_t r = 0; r < b->n; r++) {
+        int64_t n_keys = b->pos[r] - b->lo[r] + 1;
+        for (int hh = 0; hh < group; hh++) {
+            float *sc = scores + (r * group + hh) * line;
+            if (hp->attn_softcap > 0.0f)
+                k->softcap(sc, n_keys, hp->attn_softcap);
+            int h = g * group + hh;
+            k->softmax(sc, n_keys, l->sinks ? l->sinks[h] : -INFINITY);
+            memset(ctx->s.att + (b->i0 + r) * att_dim + h * hd_v, 0, (size_t)hd_v * sizeof(float));
+        }
+    }
+    for (int32_t j = b->lo_min; j <= b->pos_max; j++) {
+        const float *value = fx_kv_step_v(&c->kv, il, b->i0, j) + g * hd_v;
+        for (int64_t r = 0; r < b->n; r++) {
+            if (j < b->lo[r] || j > b->pos[r])
+                continue;
+            float *out = ctx->s.att + (b->i0 + r) * att_dim + (int64_t)g * group * hd_v;
+            const float *p = scores + r * group * line + (j - b->lo[r]);
+            for (int hh = 0; hh < group; hh++)
+                k->axpy(out + hh * hd_v, value, p[hh * line], hd_v);
+        }
+    }
+}
+
+/* This worker's share of the (KV head, block of rows) pairs. */
+static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_layer *l = &ctx->model->layers[il];
+    int64_t n_blocks = (c->n + FX_ATT_BLOCK_ROWS - 1) / FX_ATT_BLOCK_ROWS;
+    float *scores = ctx->s.scores + (int64_t)w->ith * ctx->scores_per_worker;
+    int64_t b, e;
+    fx_par_range(n_blocks * hp->n_head_kv, w->ith, w->nth, 1, &b, &e);
+    for (int64_t item = b; item < e; item++) {
+        struct att_block blk;
+        blk.i0 = item / hp->n_head_kv * FX_ATT_BLOCK_ROWS;
+        blk.n = c->n - blk.i0 < FX_ATT_BLOCK_ROWS ? c->n - blk.i0 : FX_ATT_BLOCK_ROWS;
+        block_ranges(c, l, hp->n_swa, &blk);
+        attend_group(ctx, c, il, (int)(item % hp->n_head_kv), &blk, scores);
     }
 }
 

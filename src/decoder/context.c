@@ -72,7 +72,7 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->h = reserve(p, nb * e, f4);
     o->gate = reserve(p, nf * ff, f4);
     o->up = reserve(p, nf * ff, f4);
-    o->scores = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->n_ctx, f4);
+    o->scores = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->scores_per_worker, f4);
 
     /* An activation buffer per format in use, wide enough for the widest input of any matrix
      * dotted in that format. */
@@ -159,6 +159,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     ctx->n_ctx = p.n_ctx;
     ctx->n_batch = p.n_batch;
     ctx->n_ffn_rows = p.n_batch * (hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+    int64_t block_rows = p.n_batch < FX_ATT_BLOCK_ROWS ? p.n_batch : FX_ATT_BLOCK_ROWS;
+    ctx->scores_per_worker = block_rows * (hp->n_head / hp->n_head_kv) * (int64_t)p.n_ctx;
     const char *dump = getenv("FERROX_DUMP");
     ctx->dump_dir = dump && *dump ? dump : NULL;
 

@@ -17,6 +17,9 @@
 #include "kv/kv.h"
 #include "model/model.h"
 
+/* Query rows attended together per KV head (see attn_block.c). */
+#define FX_ATT_BLOCK_ROWS 16
+
 /* The most experts a model may have (the loader rejects more). */
 #define FX_MAX_EXPERTS 4096
 
@@ -32,7 +35,8 @@ struct fx_scratch {
     float *h;      /* [n_batch][n_embd] a block's output before the residual add */
     float *gate;   /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
     float *up;     /* [n_ffn_rows][n_ff_max] */
-    float *scores; /* [n_threads][n_ctx] attention scores, one row per worker */
+    float *scores; /* [n_threads][scores_per_worker]: attention scores of one block per worker,
+                    * [FX_ATT_BLOCK_ROWS][n_head / n_head_kv][n_ctx] */
     /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
      * it does not use, and for F32, which reads the f32 rows directly):
      * [n_ffn_rows][act_row_bytes[type]]. */
@@ -57,6 +61,7 @@ struct fx_context {
     const struct fx_kernels *k;
     struct fx_pool *pool;
     int32_t n_ctx, n_batch, n_ffn_rows;
+    int64_t scores_per_worker; /* floats of attention scores each worker owns */
     struct fx_kv_contig kv;
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */
