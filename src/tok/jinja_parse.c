@@ -431,7 +431,7 @@ static fx_status parse_postfix(struct parser *p, struct fx_jnode **node) {
             TRY(parse_subscript(p, *node, t->pos, node));
         } else if (is_op(p, FX_JO_LPAREN)) {
             struct fx_jnode *n;
-            NEW(n, p, FX_JN_CALL, t->pos);
+            NEW(n, p, FX_JN_CALL, (*node)->pos); /* errors point at what is called */
             n->a = *node;
             TRY(parse_call_args(p, n));
             *node = n;
