@@ -814,13 +814,15 @@ static fx_status eval_inner(struct fx_jctx *c, const struct fx_jnode *n, struct 
     case FX_JN_ATTR: {
         struct fx_jv obj;
         TRY(eval(c, n->a, &obj));
-        return fx_jinja_getattr(c, n->pos, obj, n->name, n->name_len, out);
+        /* An undefined object is reported where it is named, not at the '.'. */
+        return fx_jinja_getattr(c, obj.kind == FX_JV_UNDEF ? n->a->pos : n->pos, obj, n->name,
+                                n->name_len, out);
     }
     case FX_JN_ITEM: {
         struct fx_jv obj, key;
         TRY(eval(c, n->a, &obj));
         TRY(eval(c, n->b, &key));
-        return fx_jinja_getitem(c, n->pos, obj, key, out);
+        return fx_jinja_getitem(c, obj.kind == FX_JV_UNDEF ? n->a->pos : n->pos, obj, key, out);
     }
     case FX_JN_SLICE: {
         struct fx_jv obj, parts[3];

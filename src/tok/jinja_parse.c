@@ -948,6 +948,15 @@ static fx_status parse_body(struct parser *p, const char *const *ends, struct fx
             advance(p);
             if (is_end(cur(p), ends))
                 break;
+            static const char *const closers[] = {"elif",     "else",   "endif",         "endfor",
+                                                  "endmacro", "endset", "endgeneration", NULL};
+            if (is_end(cur(p), closers)) {
+                const char *const *e = ends;
+                while (e && e[1] && strncmp(*e, "end", 3) != 0)
+                    e++;
+                return pfail(p, cur(p)->pos, "unexpected {%% %.*s %%}%s%s%s", (int)cur(p)->len,
+                             cur(p)->s, e ? " (expected {% " : "", e ? *e : "", e ? " %})" : "");
+            }
             TRY(parse_statement(p, &n));
         } else {
             return unexpected(p, "text or a tag");
