@@ -13,4 +13,7 @@ struct fx_chat_builtin {
 extern const struct fx_chat_builtin fx_chat_builtins[];
 extern const size_t fx_chat_n_builtins;
 
+/* The gpt-oss template text (chat_builtin_harmony.c). */
+extern const char fx_chat_tmpl_gpt_oss[];
+
 #endif

@@ -12,8 +12,9 @@
  * depth, evaluation steps, output size, memory) is checked and reported as an error.
  *
  * Files: jinja_lex.c (source to tokens, whitespace control), jinja_parse.c (tokens to tree),
- * jinja_value.c (values, arena, printing, JSON), jinja_eval.c (statements and operators),
- * jinja_filters.c (filters and tests), jinja_methods.c (str/dict methods and global functions).
+ * jinja_value.c (values, arena, printing, JSON), jinja_eval.c (scopes, statements, expressions),
+ * jinja_ops.c (Python semantics of operators, access, slicing, formatting), jinja_filters.c
+ * (filters and tests), jinja_methods.c (str/dict methods and global functions).
  */
 #ifndef FX_TOK_JINJA_H
 #define FX_TOK_JINJA_H
@@ -379,6 +380,10 @@ fx_status fx_jinja_fail(struct fx_jctx *c, uint32_t pos, fx_status code, const c
     __attribute__((format(printf, 4, 5)));
 /* Reports a failed arena allocation (no memory, or the memory limit). */
 fx_status fx_jinja_fail_mem(struct fx_jctx *c, uint32_t pos);
+/* Reports a buffer's sticky error (output limit, or no memory). */
+fx_status fx_jinja_fail_buf(struct fx_jctx *c, uint32_t pos, const struct fx_jbuf *b);
+/* Reports the use of an Undefined value, naming what was missing. */
+fx_status fx_jinja_undefined(struct fx_jctx *c, uint32_t pos, struct fx_jv v);
 
 /* Call arguments after evaluation. */
 struct fx_jargs {
@@ -425,7 +430,7 @@ fx_status fx_jinja_str_method(struct fx_jctx *c, uint32_t pos, const char *name,
 fx_status fx_jinja_format(struct fx_jctx *c, uint32_t pos, struct fx_jv fmt,
                           const struct fx_jv *vals, size_t n_vals, struct fx_jv *out);
 
-/* Shared evaluation helpers (jinja_eval.c). */
+/* Python semantics of values (jinja_ops.c). */
 fx_status fx_jinja_to_str(struct fx_jctx *c, uint32_t pos, struct fx_jv v, struct fx_jv *out);
 fx_status fx_jinja_finish_scratch(struct fx_jctx *c, uint32_t pos, size_t mark, struct fx_jv *out);
 /* Items of an iterable as a list (strings: characters, dicts: keys, Undefined: empty). */
@@ -442,7 +447,13 @@ fx_status fx_jinja_compare(struct fx_jctx *c, uint32_t pos, struct fx_jv a, stru
 /* Python `a in b`. */
 fx_status fx_jinja_contains(struct fx_jctx *c, uint32_t pos, struct fx_jv container,
                             struct fx_jv item, bool *out);
-/* Calls a macro with evaluated arguments. */
+/* obj[parts[0]:parts[1]:parts[2]] (each FX_JV_NONE when absent). */
+fx_status fx_jinja_slice(struct fx_jctx *c, uint32_t pos, struct fx_jv obj,
+                         const struct fx_jv parts[3], struct fx_jv *out);
+/* a op b for + - * / // % ** on numbers, strings and lists. */
+fx_status fx_jinja_arith(struct fx_jctx *c, uint32_t pos, uint8_t op, struct fx_jv a,
+                         struct fx_jv b, struct fx_jv *out);
+/* Calls a macro with evaluated arguments (jinja_eval.c). */
 fx_status fx_jinja_call_macro(struct fx_jctx *c, uint32_t pos, const struct fx_jnode *macro,
                               const struct fx_jargs *args, struct fx_jv *out);
 

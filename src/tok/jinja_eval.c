@@ -41,7 +41,7 @@ fx_status fx_jinja_fail_mem(struct fx_jctx *c, uint32_t pos) {
     return fx_jinja_fail(c, pos, FX_ERR_NOMEM, "out of memory");
 }
 
-static fx_status buf_fail(struct fx_jctx *c, uint32_t pos, const struct fx_jbuf *b) {
+fx_status fx_jinja_fail_buf(struct fx_jctx *c, uint32_t pos, const struct fx_jbuf *b) {
     if (b->err == FX_ERR_CAPACITY)
         return fx_jinja_fail(c, pos, FX_ERR_CAPACITY, "rendered text exceeds %zu bytes", b->limit);
     return fx_jinja_fail(c, pos, FX_ERR_NOMEM, "out of memory");
@@ -54,7 +54,7 @@ static fx_status buf_fail(struct fx_jctx *c, uint32_t pos, const struct fx_jbuf 
             return st_;                                                                            \
     } while (0)
 
-static fx_status undefined_error(struct fx_jctx *c, uint32_t pos, struct fx_jv v) {
+fx_status fx_jinja_undefined(struct fx_jctx *c, uint32_t pos, struct fx_jv v) {
     /* A missed attribute or key remembers the kind of object it was looked up on (sub). */
     if (v.sub)
         return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "'%s' object has no attribute '%.*s'",
@@ -109,512 +109,6 @@ static struct fx_jv lookup(const struct fx_jctx *c, const char *name, uint32_t l
     if (fx_jinja_global(name, len, &g))
         return g;
     return (struct fx_jv){.kind = FX_JV_UNDEF, .len = len, .u.s = name};
-}
-
-/* ---- helpers shared with the builtins ------------------------------------------------------ */
-
-fx_status fx_jinja_finish_scratch(struct fx_jctx *c, uint32_t pos, size_t mark, struct fx_jv *out) {
-    struct fx_jbuf *b = &c->scratch;
-    if (b->err != FX_OK)
-        return buf_fail(c, pos, b);
-    fx_status st = fx_jv_str_copy(c->arena, b->p ? b->p + mark : "", b->len - mark, out);
-    b->len = mark;
-    return st == FX_OK ? FX_OK : fx_jinja_fail_mem(c, pos);
-}
-
-fx_status fx_jinja_to_str(struct fx_jctx *c, uint32_t pos, struct fx_jv v, struct fx_jv *out) {
-    if (v.kind == FX_JV_STR) {
-        *out = v;
-        return FX_OK;
-    }
-    size_t mark = c->scratch.len;
-    fx_jv_write_str(&c->scratch, v);
-    return fx_jinja_finish_scratch(c, pos, mark, out);
-}
-
-fx_status fx_jinja_iterate(struct fx_jctx *c, uint32_t pos, struct fx_jv v,
-                           const struct fx_jv **items, size_t *n) {
-    switch (v.kind) {
-    case FX_JV_LIST:
-        *items = v.u.list->v;
-        *n = v.u.list->n;
-        return FX_OK;
-    case FX_JV_UNDEF:
-        *items = NULL;
-        *n = 0;
-        return FX_OK;
-    case FX_JV_DICT: {
-        const struct fx_jdict *d = v.u.dict;
-        struct fx_jv *keys = fx_jarena_alloc(c->arena, (d->n ? d->n : 1) * sizeof *keys);
-        if (!keys)
-            return fx_jinja_fail_mem(c, pos);
-        for (uint32_t i = 0; i < d->n; i++)
-            keys[i] = d->e[i].key;
-        *items = keys;
-        *n = d->n;
-        return FX_OK;
-    }
-    case FX_JV_STR: {
-        size_t count = fx_jutf8_count(v.u.s, v.len);
-        struct fx_jv *chars = fx_jarena_alloc(c->arena, (count ? count : 1) * sizeof *chars);
-        if (!chars)
-            return fx_jinja_fail_mem(c, pos);
-        size_t k = 0;
-        for (uint32_t i = 0; i < v.len;) {
-            uint32_t j = i + 1;
-            while (j < v.len && ((unsigned char)v.u.s[j] & 0xc0) == 0x80)
-                j++;
-            chars[k++] = fx_jv_strref(v.u.s + i, j - i);
-            i = j;
-        }
-        *items = chars;
-        *n = k;
-        return FX_OK;
-    }
-    default:
-        return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "'%s' object is not iterable",
-                             fx_jv_type_name(v));
-    }
-}
-
-fx_status fx_jinja_compare(struct fx_jctx *c, uint32_t pos, struct fx_jv a, struct fx_jv b,
-                           int *out) {
-    if (fx_jv_is_number(a) && fx_jv_is_number(b)) {
-        if (a.kind != FX_JV_FLOAT && b.kind != FX_JV_FLOAT) {
-            int64_t x = a.kind == FX_JV_INT ? a.u.i : a.u.b,
-                    y = b.kind == FX_JV_INT ? b.u.i : b.u.b;
-            *out = (x > y) - (x < y);
-        } else {
-            double x = fx_jv_as_double(a), y = fx_jv_as_double(b);
-            *out = (x > y) - (x < y);
-        }
-        return FX_OK;
-    }
-    if (a.kind == FX_JV_STR && b.kind == FX_JV_STR) {
-        size_t n = a.len < b.len ? a.len : b.len;
-        int r = memcmp(a.u.s, b.u.s, n);
-        *out = r ? (r > 0) - (r < 0) : (a.len > b.len) - (a.len < b.len);
-        return FX_OK;
-    }
-    if (a.kind == FX_JV_LIST && b.kind == FX_JV_LIST && a.sub == b.sub) {
-        const struct fx_jlist *x = a.u.list, *y = b.u.list;
-        for (uint32_t i = 0; i < x->n && i < y->n; i++) {
-            if (fx_jv_equal(x->v[i], y->v[i]))
-                continue;
-            return fx_jinja_compare(c, pos, x->v[i], y->v[i], out);
-        }
-        *out = (x->n > y->n) - (x->n < y->n);
-        return FX_OK;
-    }
-    if (a.kind == FX_JV_UNDEF)
-        return undefined_error(c, pos, a);
-    if (b.kind == FX_JV_UNDEF)
-        return undefined_error(c, pos, b);
-    return fx_jinja_fail(c, pos, FX_ERR_FORMAT,
-                         "ordering comparison not supported between '%s' and '%s'",
-                         fx_jv_type_name(a), fx_jv_type_name(b));
-}
-
-static bool str_find(const char *h, size_t hn, const char *n, size_t nn) {
-    if (nn == 0)
-        return true;
-    if (nn > hn)
-        return false;
-    const char *end = h + hn - nn;
-    for (const char *p = h; p <= end; p++) {
-        p = memchr(p, n[0], (size_t)(end - p) + 1);
-        if (!p)
-            return false;
-        if (memcmp(p, n, nn) == 0)
-            return true;
-    }
-    return false;
-}
-
-fx_status fx_jinja_contains(struct fx_jctx *c, uint32_t pos, struct fx_jv container,
-                            struct fx_jv item, bool *out) {
-    switch (container.kind) {
-    case FX_JV_STR:
-        if (item.kind != FX_JV_STR) {
-            if (item.kind == FX_JV_UNDEF)
-                return undefined_error(c, pos, item);
-            return fx_jinja_fail(c, pos, FX_ERR_FORMAT,
-                                 "'in <string>' requires a string on the left, not '%s'",
-                                 fx_jv_type_name(item));
-        }
-        *out = str_find(container.u.s, container.len, item.u.s, item.len);
-        return FX_OK;
-    case FX_JV_LIST:
-        *out = false;
-        for (uint32_t i = 0; i < container.u.list->n && !*out; i++)
-            *out = fx_jv_equal(container.u.list->v[i], item);
-        return FX_OK;
-    case FX_JV_DICT:
-    case FX_JV_NS:
-        *out = fx_jdict_get(container.u.dict, item) != NULL;
-        return FX_OK;
-    case FX_JV_UNDEF:
-        *out = false;
-        return FX_OK;
-    default:
-        return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "argument of type '%s' is not iterable",
-                             fx_jv_type_name(container));
-    }
-}
-
-/* The Undefined for a missing attribute or key of obj. */
-static struct fx_jv missing(struct fx_jv obj, const char *name, size_t len) {
-    return (struct fx_jv){.kind = FX_JV_UNDEF,
-                          .sub = (uint8_t)(obj.kind + 1),
-                          .len = (uint32_t)(len < UINT32_MAX ? len : UINT32_MAX),
-                          .u.s = name};
-}
-
-fx_status fx_jinja_getattr(struct fx_jctx *c, uint32_t pos, struct fx_jv obj, const char *name,
-                           size_t len, struct fx_jv *out) {
-    switch (obj.kind) {
-    case FX_JV_UNDEF:
-        return undefined_error(c, pos, obj);
-    case FX_JV_DICT:
-        /* Python attribute lookup finds dict methods before keys: d.items is the method. */
-        if (fx_jinja_method(c, obj, name, len, out))
-            return FX_OK;
-        /* fall through */
-    case FX_JV_NS: {
-        const struct fx_jv *v = fx_jdict_get_str(obj.u.dict, name, len);
-        *out = v ? *v : missing(obj, name, len);
-        return FX_OK;
-    }
-    default:
-        if (!fx_jinja_method(c, obj, name, len, out))
-            *out = missing(obj, name, len);
-        return FX_OK;
-    }
-}
-
-/* A Python index into a sequence of n: negative counts from the end; false when outside. */
-static bool seq_index(struct fx_jv key, size_t n, size_t *out) {
-    int64_t i = key.kind == FX_JV_INT ? key.u.i : key.u.b;
-    if (i < 0)
-        i += (int64_t)n;
-    if (i < 0 || (uint64_t)i >= n)
-        return false;
-    *out = (size_t)i;
-    return true;
-}
-
-static bool is_ascii(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] >= 0x80)
-            return false;
-    return true;
-}
-
-fx_status fx_jinja_getitem(struct fx_jctx *c, uint32_t pos, struct fx_jv obj, struct fx_jv key,
-                           struct fx_jv *out) {
-    bool int_key = key.kind == FX_JV_INT || key.kind == FX_JV_BOOL;
-    *out = fx_jv_undef();
-    switch (obj.kind) {
-    case FX_JV_UNDEF:
-        return undefined_error(c, pos, obj);
-    case FX_JV_LIST: {
-        size_t i;
-        if (int_key && seq_index(key, obj.u.list->n, &i))
-            *out = obj.u.list->v[i];
-        break;
-    }
-    case FX_JV_STR: {
-        size_t i, n = is_ascii(obj.u.s, obj.len) ? obj.len : fx_jutf8_count(obj.u.s, obj.len);
-        if (int_key && seq_index(key, n, &i)) {
-            size_t at = n == obj.len ? i : fx_jutf8_offset(obj.u.s, obj.len, i);
-            size_t end = n == obj.len ? i + 1 : fx_jutf8_offset(obj.u.s, obj.len, i + 1);
-            *out = fx_jv_strref(obj.u.s + at, (uint32_t)(end - at));
-        }
-        break;
-    }
-    case FX_JV_DICT: {
-        const struct fx_jv *v = fx_jdict_get(obj.u.dict, key);
-        if (v) {
-            *out = *v;
-            return FX_OK;
-        }
-        break;
-    }
-    default:
-        break;
-    }
-    /* Jinja falls back to an attribute when a string key is not an item. */
-    if (out->kind == FX_JV_UNDEF && key.kind == FX_JV_STR && obj.kind != FX_JV_LIST)
-        return fx_jinja_getattr(c, pos, obj, key.u.s, key.len, out);
-    if (out->kind == FX_JV_UNDEF && key.kind == FX_JV_STR)
-        *out = missing(obj, key.u.s, key.len);
-    return FX_OK;
-}
-
-/* Python's slice.indices(): clamps one bound. */
-static int64_t slice_bound(struct fx_jv v, int64_t n, int64_t step, bool is_start) {
-    if (v.kind == FX_JV_NONE || v.kind == FX_JV_UNDEF) {
-        if (is_start)
-            return step > 0 ? 0 : n - 1;
-        return step > 0 ? n : -1;
-    }
-    int64_t i = v.kind == FX_JV_INT ? v.u.i : v.u.b;
-    int64_t lower = step > 0 ? 0 : -1, upper = step > 0 ? n : n - 1;
-    if (i < 0) {
-        i = i < INT64_MIN + n ? lower : i + n;
-        if (i < lower)
-            i = lower;
-    } else if (i > upper) {
-        i = upper;
-    }
-    return i;
-}
-
-static fx_status eval_slice(struct fx_jctx *c, const struct fx_jnode *n, struct fx_jv obj,
-                            const struct fx_jv parts[3], struct fx_jv *out) {
-    *out = fx_jv_undef();
-    if (obj.kind == FX_JV_UNDEF)
-        return undefined_error(c, n->pos, obj);
-    for (int k = 0; k < 3; k++)
-        if (parts[k].kind != FX_JV_NONE && parts[k].kind != FX_JV_UNDEF &&
-            parts[k].kind != FX_JV_INT && parts[k].kind != FX_JV_BOOL)
-            return FX_OK; /* a TypeError, which Jinja turns into Undefined */
-    int64_t step = parts[2].kind == FX_JV_INT    ? parts[2].u.i
-                   : parts[2].kind == FX_JV_BOOL ? parts[2].u.b
-                                                 : 1;
-    if (step == 0)
-        return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "slice step cannot be zero");
-    if (step == INT64_MIN)
-        step = INT64_MIN + 1;
-    if (obj.kind == FX_JV_LIST) {
-        const struct fx_jlist *l = obj.u.list;
-        int64_t len = l->n, start = slice_bound(parts[0], len, step, true),
-                stop = slice_bound(parts[1], len, step, false);
-        struct fx_jlist *r = fx_jarena_alloc(c->arena, sizeof *r);
-        if (!r)
-            return fx_jinja_fail_mem(c, n->pos);
-        if (step == 1) {
-            /* Lists are never modified once built, so a contiguous slice shares the items
-             * (messages[1:] and loop_messages[loop.index:] cost no copy). */
-            r->n = r->cap = stop > start ? (uint32_t)(stop - start) : 0;
-            r->v = l->v + start;
-            *out = fx_jv_list(r, obj.sub);
-            return FX_OK;
-        }
-        uint64_t count = 0;
-        if (step > 0 && stop > start)
-            count = ((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)step + 1;
-        else if (step < 0 && start > stop)
-            count = ((uint64_t)start - (uint64_t)stop - 1) / ((uint64_t)0 - (uint64_t)step) + 1;
-        r->n = r->cap = (uint32_t)count;
-        r->v = fx_jarena_alloc(c->arena, (count ? count : 1) * sizeof *r->v);
-        if (!r->v)
-            return fx_jinja_fail_mem(c, n->pos);
-        for (uint64_t i = 0; i < count; i++)
-            r->v[i] = l->v[start + (int64_t)i * step];
-        *out = fx_jv_list(r, obj.sub);
-        return FX_OK;
-    }
-    if (obj.kind != FX_JV_STR)
-        return FX_OK;
-    bool ascii = is_ascii(obj.u.s, obj.len);
-    int64_t len = ascii ? obj.len : (int64_t)fx_jutf8_count(obj.u.s, obj.len);
-    int64_t start = slice_bound(parts[0], len, step, true),
-            stop = slice_bound(parts[1], len, step, false);
-    if (step == 1) {
-        /* A contiguous slice shares the bytes. */
-        if (stop < start)
-            stop = start;
-        size_t a = ascii ? (size_t)start : fx_jutf8_offset(obj.u.s, obj.len, (size_t)start);
-        size_t b = ascii ? (size_t)stop : fx_jutf8_offset(obj.u.s, obj.len, (size_t)stop);
-        *out = fx_jv_strref(obj.u.s + a, (uint32_t)(b - a));
-        return FX_OK;
-    }
-    const struct fx_jv *chars;
-    size_t n_chars;
-    TRY(fx_jinja_iterate(c, n->pos, obj, &chars, &n_chars));
-    size_t mark = c->scratch.len;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        fx_jbuf_put(&c->scratch, chars[i].u.s, chars[i].len);
-        if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step))
-            break;
-    }
-    return fx_jinja_finish_scratch(c, n->pos, mark, out);
-}
-
-/* ---- arithmetic ---------------------------------------------------------------------------- */
-
-static fx_status type_error(struct fx_jctx *c, uint32_t pos, const char *op, struct fx_jv a,
-                            struct fx_jv b) {
-    if (a.kind == FX_JV_UNDEF)
-        return undefined_error(c, pos, a);
-    if (b.kind == FX_JV_UNDEF)
-        return undefined_error(c, pos, b);
-    return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "unsupported operand types for %s: '%s' and '%s'",
-                         op, fx_jv_type_name(a), fx_jv_type_name(b));
-}
-
-static int64_t as_int(struct fx_jv v) {
-    return v.kind == FX_JV_INT ? v.u.i : v.u.b;
-}
-
-/* s * count or list * count, with the size checked before anything is built. */
-static fx_status repeat(struct fx_jctx *c, uint32_t pos, struct fx_jv seq, int64_t count,
-                        struct fx_jv *out) {
-    if (count < 0)
-        count = 0;
-    size_t unit = seq.kind == FX_JV_STR ? seq.len : seq.u.list->n;
-    if (unit && (uint64_t)count > (uint64_t)c->lim->max_memory / unit)
-        return fx_jinja_fail(c, pos, FX_ERR_CAPACITY, "repetition of %zu x %lld is too large", unit,
-                             (long long)count);
-    if (seq.kind == FX_JV_STR) {
-        size_t mark = c->scratch.len;
-        for (int64_t i = 0; i < count && c->scratch.err == FX_OK; i++)
-            fx_jbuf_put(&c->scratch, seq.u.s, seq.len);
-        return fx_jinja_finish_scratch(c, pos, mark, out);
-    }
-    struct fx_jlist *r = fx_jlist_new(c->arena, unit * (size_t)count);
-    if (!r)
-        return fx_jinja_fail_mem(c, pos);
-    for (int64_t i = 0; i < count; i++)
-        memcpy(r->v + (size_t)i * unit, seq.u.list->v, unit * sizeof *r->v);
-    r->n = (uint32_t)(unit * (size_t)count);
-    *out = fx_jv_list(r, seq.sub);
-    return FX_OK;
-}
-
-static fx_status arith(struct fx_jctx *c, uint32_t pos, uint8_t op, struct fx_jv a, struct fx_jv b,
-                       struct fx_jv *out) {
-    static const char *const names[] = {
-        [FX_JO_ADD] = "+",       [FX_JO_SUB] = "-", [FX_JO_MUL] = "*",  [FX_JO_DIV] = "/",
-        [FX_JO_FLOORDIV] = "//", [FX_JO_MOD] = "%", [FX_JO_POW] = "**",
-    };
-    bool nums = fx_jv_is_number(a) && fx_jv_is_number(b);
-    bool ints = nums && a.kind != FX_JV_FLOAT && b.kind != FX_JV_FLOAT;
-    if (op == FX_JO_ADD && a.kind == FX_JV_STR && b.kind == FX_JV_STR) {
-        size_t mark = c->scratch.len;
-        fx_jbuf_put(&c->scratch, a.u.s, a.len);
-        fx_jbuf_put(&c->scratch, b.u.s, b.len);
-        return fx_jinja_finish_scratch(c, pos, mark, out);
-    }
-    if (op == FX_JO_ADD && a.kind == FX_JV_LIST && b.kind == FX_JV_LIST && a.sub == b.sub) {
-        struct fx_jlist *r = fx_jlist_new(c->arena, (size_t)a.u.list->n + b.u.list->n);
-        if (!r)
-            return fx_jinja_fail_mem(c, pos);
-        memcpy(r->v, a.u.list->v, a.u.list->n * sizeof *r->v);
-        memcpy(r->v + a.u.list->n, b.u.list->v, b.u.list->n * sizeof *r->v);
-        r->n = a.u.list->n + b.u.list->n;
-        *out = fx_jv_list(r, a.sub);
-        return FX_OK;
-    }
-    if (op == FX_JO_MUL && (a.kind == FX_JV_STR || a.kind == FX_JV_LIST) &&
-        (b.kind == FX_JV_INT || b.kind == FX_JV_BOOL))
-        return repeat(c, pos, a, as_int(b), out);
-    if (op == FX_JO_MUL && (b.kind == FX_JV_STR || b.kind == FX_JV_LIST) &&
-        (a.kind == FX_JV_INT || a.kind == FX_JV_BOOL))
-        return repeat(c, pos, b, as_int(a), out);
-    if (!nums)
-        return type_error(c, pos, names[op], a, b);
-    if (ints) {
-        int64_t x = as_int(a), y = as_int(b), r = 0;
-        bool overflow = false;
-        switch (op) {
-        case FX_JO_ADD:
-            overflow = __builtin_add_overflow(x, y, &r);
-            break;
-        case FX_JO_SUB:
-            overflow = __builtin_sub_overflow(x, y, &r);
-            break;
-        case FX_JO_MUL:
-            overflow = __builtin_mul_overflow(x, y, &r);
-            break;
-        case FX_JO_DIV:
-            if (y == 0)
-                return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "division by zero");
-            *out = fx_jv_float((double)x / (double)y);
-            return FX_OK;
-        case FX_JO_FLOORDIV:
-        case FX_JO_MOD:
-            if (y == 0)
-                return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "integer division or modulo by zero");
-            if (x == INT64_MIN && y == -1) {
-                overflow = op == FX_JO_FLOORDIV;
-                r = 0;
-                break;
-            }
-            /* Python rounds the quotient down and gives the remainder the divisor's sign. */
-            r = x / y;
-            if ((x % y != 0) && ((x < 0) != (y < 0)))
-                r--;
-            if (op == FX_JO_MOD)
-                r = x - r * y;
-            break;
-        case FX_JO_POW:
-            if (y < 0) {
-                *out = fx_jv_float(pow((double)x, (double)y));
-                return FX_OK;
-            }
-            r = 1;
-            for (int64_t e = y, base = x; e > 0 && !overflow; e >>= 1) {
-                if (e & 1)
-                    overflow = __builtin_mul_overflow(r, base, &r);
-                if (e > 1 && !overflow)
-                    overflow = __builtin_mul_overflow(base, base, &base);
-            }
-            break;
-        }
-        if (overflow)
-            return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "integer overflow in %lld %s %lld",
-                                 (long long)x, names[op], (long long)y);
-        *out = fx_jv_int(r);
-        return FX_OK;
-    }
-    double x = fx_jv_as_double(a), y = fx_jv_as_double(b), r = 0;
-    switch (op) {
-    case FX_JO_ADD:
-        r = x + y;
-        break;
-    case FX_JO_SUB:
-        r = x - y;
-        break;
-    case FX_JO_MUL:
-        r = x * y;
-        break;
-    case FX_JO_DIV:
-    case FX_JO_FLOORDIV:
-    case FX_JO_MOD:
-        if (y == 0)
-            return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "float division by zero");
-        if (op == FX_JO_DIV) {
-            r = x / y;
-            break;
-        }
-        /* CPython's float divmod. */
-        double mod = fmod(x, y), div = (x - mod) / y;
-        if (mod != 0) {
-            if ((y < 0) != (mod < 0)) {
-                mod += y;
-                div -= 1.0;
-            }
-        } else {
-            mod = copysign(0.0, y);
-        }
-        double fdiv;
-        if (div != 0) {
-            fdiv = floor(div);
-            if (div - fdiv > 0.5)
-                fdiv += 1.0;
-        } else {
-            fdiv = copysign(0.0, x / y);
-        }
-        r = op == FX_JO_MOD ? mod : fdiv;
-        break;
-    case FX_JO_POW:
-        r = pow(x, y);
-        break;
-    }
-    *out = fx_jv_float(r);
-    return FX_OK;
 }
 
 /* ---- expressions --------------------------------------------------------------------------- */
@@ -763,7 +257,7 @@ static fx_status eval_call(struct fx_jctx *c, const struct fx_jnode *n, struct f
     case FX_JV_METHOD:
         return fx_jinja_call_builtin(c, n->pos, fn, &args, out);
     case FX_JV_UNDEF:
-        return undefined_error(c, n->pos, fn);
+        return fx_jinja_undefined(c, n->pos, fn);
     default:
         return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "'%s' object is not callable",
                              fx_jv_type_name(fn));
@@ -802,7 +296,7 @@ static fx_status eval_inner(struct fx_jctx *c, const struct fx_jnode *n, struct 
                                      fx_jv_type_name(k));
             if (k.kind == FX_JV_DICT || k.kind == FX_JV_NS || k.kind == FX_JV_UNDEF)
                 return k.kind == FX_JV_UNDEF
-                           ? undefined_error(c, n->kids[i]->pos, k)
+                           ? fx_jinja_undefined(c, n->kids[i]->pos, k)
                            : fx_jinja_fail(c, n->kids[i]->pos, FX_ERR_FORMAT,
                                            "unhashable type: '%s'", fx_jv_type_name(k));
             if (!fx_jdict_set(c->arena, d, k, v))
@@ -832,7 +326,7 @@ static fx_status eval_inner(struct fx_jctx *c, const struct fx_jnode *n, struct 
             if (n->kids[k])
                 TRY(eval(c, n->kids[k], &parts[k]));
         }
-        return eval_slice(c, n, obj, parts, out);
+        return fx_jinja_slice(c, n->pos, obj, parts, out);
     }
     case FX_JN_CALL:
         return eval_call(c, n, out);
@@ -878,7 +372,7 @@ static fx_status eval_inner(struct fx_jctx *c, const struct fx_jnode *n, struct 
             return FX_OK;
         }
         if (v.kind == FX_JV_UNDEF)
-            return undefined_error(c, n->pos, v);
+            return fx_jinja_undefined(c, n->pos, v);
         return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "bad operand type for unary %c: '%s'",
                              n->kind == FX_JN_NEG ? '-' : '+', fx_jv_type_name(v));
     }
@@ -898,7 +392,7 @@ static fx_status eval_inner(struct fx_jctx *c, const struct fx_jnode *n, struct 
             return fx_jinja_format(c, n->pos, a, many ? b.u.list->v : &b, many ? b.u.list->n : 1,
                                    out);
         }
-        return arith(c, n->pos, n->op, a, b, out);
+        return fx_jinja_arith(c, n->pos, n->op, a, b, out);
     }
     case FX_JN_COMPARE: {
         struct fx_jv left;
@@ -967,7 +461,7 @@ static fx_status write_value(struct fx_jctx *c, uint32_t pos, struct fx_jv v) {
         fx_jbuf_put(c->out, v.u.s, v.len);
     else
         fx_jv_write_str(c->out, v);
-    return c->out->err == FX_OK ? FX_OK : buf_fail(c, pos, c->out);
+    return c->out->err == FX_OK ? FX_OK : fx_jinja_fail_buf(c, pos, c->out);
 }
 
 /* Binds loop or set targets: one name takes the value, several unpack a sequence. */
@@ -981,7 +475,7 @@ static fx_status assign_targets(struct fx_jctx *c, const struct fx_jnode *n, str
     const struct fx_jv *items;
     size_t count;
     if (v.kind == FX_JV_UNDEF)
-        return undefined_error(c, n->pos, v);
+        return fx_jinja_undefined(c, n->pos, v);
     TRY(fx_jinja_iterate(c, n->pos, v, &items, &count));
     if (count != n->n_targets)
         return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "cannot unpack %zu values into %u names",
@@ -1070,7 +564,7 @@ static fx_status exec_node(struct fx_jctx *c, const struct fx_jnode *n) {
     switch (n->kind) {
     case FX_JN_TEXT:
         fx_jbuf_put(c->out, n->name, n->name_len);
-        return c->out->err == FX_OK ? FX_OK : buf_fail(c, n->pos, c->out);
+        return c->out->err == FX_OK ? FX_OK : fx_jinja_fail_buf(c, n->pos, c->out);
     case FX_JN_OUTPUT: {
         struct fx_jv v;
         TRY(eval(c, n->a, &v));

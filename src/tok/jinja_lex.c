@@ -21,6 +21,20 @@ struct lexer {
     struct fx_error *err;
 };
 
+void fx_jinja_line_col(const char *src, size_t n, size_t pos, unsigned *line, unsigned *col) {
+    unsigned l = 1, c = 1;
+    for (size_t i = 0; i < pos && i < n; i++) {
+        if (src[i] == '\n') {
+            l++;
+            c = 1;
+        } else if (((unsigned char)src[i] & 0xc0) != 0x80) {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
 static fx_status lex_fail(struct lexer *lx, size_t pos, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
