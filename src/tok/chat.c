@@ -202,6 +202,8 @@ fx_status fx_chat_render(const struct fx_chat_template *t, const struct fx_chat_
     fx_status st = begin(t, &p, &defaults, &arena, out, err);
     if (st != FX_OK)
         return st;
+    if (!msgs && n_msgs)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "chat template: NULL messages");
     struct fx_jlist *list = n_msgs < UINT32_MAX / 4 ? fx_jlist_new(&arena, n_msgs) : NULL;
     st = list ? FX_OK : FX_ERR_CAPACITY;
     for (size_t i = 0; i < n_msgs && st == FX_OK; i++) {

@@ -590,7 +590,7 @@ fx_status fx_jinja_format(struct fx_jctx *c, uint32_t pos, struct fx_jv fmt,
         char spec[32] = "%";
         size_t sl = 1;
         bool left = false;
-        while (i < n && strchr("-+ 0#", f[i]) && sl < 8) {
+        while (i < n && f[i] && strchr("-+ 0#", f[i]) && sl < 8) {
             left |= f[i] == '-';
             spec[sl++] = f[i++];
         }
@@ -621,9 +621,10 @@ fx_status fx_jinja_format(struct fx_jctx *c, uint32_t pos, struct fx_jv fmt,
                 put_padded(b, s, width, prec, left);
             continue;
         }
-        bool is_int_conv = strchr("diouxXc", conv) != NULL;
-        if (!strchr("diouxXceEfFgG", conv)) {
-            st = fx_jinja_fail(c, pos, FX_ERR_FORMAT, "unsupported format character '%c'", conv);
+        bool is_int_conv = conv && strchr("diouxXc", conv) != NULL;
+        if (!conv || !strchr("diouxXceEfFgG", conv)) {
+            st = fx_jinja_fail(c, pos, FX_ERR_FORMAT, "unsupported format character 0x%02x",
+                               (unsigned char)conv);
             break;
         }
         if (!fx_jv_is_number(v)) {

@@ -151,8 +151,10 @@ fx_status fx_jv_str_copy(struct fx_jarena *a, const char *p, size_t len, struct 
 }
 
 struct fx_jlist *fx_jlist_new(struct fx_jarena *a, size_t cap) {
-    if (cap > UINT32_MAX / 2)
+    if (cap > UINT32_MAX / 2) {
+        a->fail = FX_ERR_CAPACITY;
         return NULL;
+    }
     struct fx_jlist *l = fx_jarena_alloc(a, sizeof *l);
     if (!l)
         return NULL;
@@ -164,8 +166,10 @@ struct fx_jlist *fx_jlist_new(struct fx_jarena *a, size_t cap) {
 
 bool fx_jlist_push(struct fx_jarena *a, struct fx_jlist *l, struct fx_jv v) {
     if (l->n == l->cap) {
-        if (l->cap > UINT32_MAX / 4)
+        if (l->cap > UINT32_MAX / 4) {
+            a->fail = FX_ERR_CAPACITY;
             return false;
+        }
         struct fx_jv *nv = fx_jarena_alloc(a, (size_t)l->cap * 2 * sizeof *nv);
         if (!nv)
             return false;
@@ -178,8 +182,10 @@ bool fx_jlist_push(struct fx_jarena *a, struct fx_jlist *l, struct fx_jv v) {
 }
 
 struct fx_jdict *fx_jdict_new(struct fx_jarena *a, size_t cap) {
-    if (cap > UINT32_MAX / 4)
+    if (cap > UINT32_MAX / 4) {
+        a->fail = FX_ERR_CAPACITY;
         return NULL;
+    }
     struct fx_jdict *d = fx_jarena_alloc(a, sizeof *d);
     if (!d)
         return NULL;
@@ -197,10 +203,16 @@ static uint32_t key_hash(struct fx_jv k) {
             h = (h ^ (uint8_t)k.u.s[i]) * 16777619u;
         return h;
     }
-    if (fx_jv_is_number(k)) {
-        double f = fx_jv_as_double(k);
-        int64_t i = (int64_t)f;
-        return (double)i == f ? (uint32_t)i * 2654435761u : (uint32_t)(f * 1000003.0);
+    if (k.kind == FX_JV_INT || k.kind == FX_JV_BOOL)
+        return (uint32_t)(k.kind == FX_JV_INT ? k.u.i : k.u.b) * 2654435761u;
+    if (k.kind == FX_JV_FLOAT) {
+        /* Integral floats hash like the equal int (1.0 == 1); others by their bits. */
+        double f = k.u.f;
+        if (f > -9.2e18 && f < 9.2e18 && (double)(int64_t)f == f)
+            return (uint32_t)(int64_t)f * 2654435761u;
+        uint64_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        return (uint32_t)(bits ^ (bits >> 32));
     }
     return h ^ k.kind;
 }
@@ -256,8 +268,10 @@ bool fx_jdict_set(struct fx_jarena *a, struct fx_jdict *d, struct fx_jv key, str
         return true;
     }
     if (d->n == d->cap) {
-        if (d->cap > UINT32_MAX / 4)
+        if (d->cap > UINT32_MAX / 4) {
+            a->fail = FX_ERR_CAPACITY;
             return false;
+        }
         struct fx_jentry *ne = fx_jarena_alloc(a, (size_t)d->cap * 2 * sizeof *ne);
         if (!ne)
             return false;
