@@ -172,6 +172,12 @@ FX_TEST(chat_jinja_filters) {
            "length }} {{ [{'r': 'u'}, {'r': 'a'}] | rejectattr('r', 'equalto', 'u') | list }} "
            "{{ [1, 2, 3, 4] | select('odd') | list }} {{ [0, 1, '', 'a'] | select | list }}",
            "2 [{'r': 'a'}] [1, 3] [1, 'a']");
+    /* select and friends are lazy in Jinja: the result is true in a condition even when empty
+     * and has no length until it becomes a list. */
+    expect("{{ 'y' if [] | select else 'n' }} {{ [0] | reject | list }} {{ [] | map('upper') "
+           "| list | length }}",
+           "y [0] 0");
+    expect_error("{{ [1] | select | length }}", FX_ERR_FORMAT, "'generator' has no len()");
     expect("{{ [{'n': 'a'}, {'n': 'b'}] | map(attribute='n') | join(',') }} "
            "{{ ['a', 'b'] | map('upper') | list }} {{ [{'x': 1}, {}] | map(attribute='x', "
            "default=0) | list }}",

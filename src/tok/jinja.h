@@ -64,7 +64,7 @@ enum fx_jkind {
     FX_JV_INT,
     FX_JV_FLOAT,
     FX_JV_STR,
-    FX_JV_LIST, /* also tuples (sub = 1) */
+    FX_JV_LIST, /* also tuples and iterators (sub: enum fx_jlist_kind) */
     FX_JV_DICT,
     FX_JV_NS,     /* namespace(): a dict whose attributes templates may assign */
     FX_JV_LOOP,   /* the `loop` variable of a for loop */
@@ -83,7 +83,7 @@ struct fx_jnode;
  * NUL-terminated, immutable and never freed before the render ends, so substrings share bytes. */
 struct fx_jv {
     uint8_t kind;
-    uint8_t sub;  /* LIST: 1 for a tuple; FUNC: the function id; UNDEF: 0 for a missing name,
+    uint8_t sub;  /* LIST: enum fx_jlist_kind; FUNC: the function id; UNDEF: 0 for a missing name,
                      else 1 + the kind of the object an attribute or key was missing from */
     uint32_t len; /* FX_JV_STR and FX_JV_UNDEF (the missing name, for messages): byte length */
     union {
@@ -151,8 +151,18 @@ fx_status fx_jv_str_copy(struct fx_jarena *a, const char *p, size_t len, struct 
 
 struct fx_jlist *fx_jlist_new(struct fx_jarena *a, size_t cap);
 bool fx_jlist_push(struct fx_jarena *a, struct fx_jlist *l, struct fx_jv v);
-static inline struct fx_jv fx_jv_list(struct fx_jlist *l, bool tuple) {
-    return (struct fx_jv){.kind = FX_JV_LIST, .sub = tuple, .u.list = l};
+/* What a FX_JV_LIST value stands for (its sub). */
+enum fx_jlist_kind {
+    FX_JL_LIST = 0,
+    FX_JL_TUPLE = 1,
+    /* The lazy result of select, reject, selectattr, rejectattr, map, unique, reverse and items
+     * in Jinja: always true in a condition (an empty one too), no len(), no [index], printed as
+     * a generator; `| list` makes a list of it. */
+    FX_JL_ITER = 2,
+};
+
+static inline struct fx_jv fx_jv_list(struct fx_jlist *l, uint8_t sub) {
+    return (struct fx_jv){.kind = FX_JV_LIST, .sub = sub, .u.list = l};
 }
 
 struct fx_jdict *fx_jdict_new(struct fx_jarena *a, size_t cap);

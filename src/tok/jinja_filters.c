@@ -220,17 +220,14 @@ fx_status fx_jinja_apply_test(struct fx_jctx *c, const struct fx_jnode *n, int t
     case T_DIVISIBLEBY:
     case T_EVEN:
     case T_ODD: {
-        if (test != T_DIVISIBLEBY)
+        /* Jinja computes value % n == 0 (or == 1 for odd) with Python's %, floats included. */
+        struct fx_jv rem;
+        if (a.kind == FX_JV_UNDEF && test != T_DIVISIBLEBY)
             a = fx_jv_int(2);
-        struct fx_jv num = v.kind == FX_JV_BOOL ? fx_jv_int(v.u.b) : v;
-        struct fx_jv den = a.kind == FX_JV_BOOL ? fx_jv_int(a.u.b) : a;
-        if (num.kind != FX_JV_INT || den.kind != FX_JV_INT)
-            return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "test needs integers, not '%s'",
-                                 fx_jv_type_name(num.kind != FX_JV_INT ? num : den));
-        if (den.u.i == 0)
-            return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "divisibleby(0)");
-        bool div = den.u.i == -1 || num.u.i % den.u.i == 0;
-        *out = test == T_ODD ? !div : div;
+        if (v.kind == FX_JV_STR)
+            return fx_jinja_fail(c, n->pos, FX_ERR_FORMAT, "test needs a number, not 'str'");
+        TRY(fx_jinja_arith(c, n->pos, FX_JO_MOD, v, a, &rem));
+        *out = fx_jv_equal(rem, fx_jv_int(test == T_ODD));
         return FX_OK;
     }
     case T_EQ:
@@ -401,6 +398,8 @@ static fx_status length_of(struct fx_jctx *c, uint32_t pos, struct fx_jv v, int6
         *out = (int64_t)fx_jutf8_count(v.u.s, v.len);
         return FX_OK;
     case FX_JV_LIST:
+        if (v.sub == FX_JL_ITER)
+            break;
         *out = v.u.list->n;
         return FX_OK;
     case FX_JV_DICT:
@@ -410,9 +409,10 @@ static fx_status length_of(struct fx_jctx *c, uint32_t pos, struct fx_jv v, int6
         *out = 0;
         return FX_OK;
     default:
-        return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "object of type '%s' has no len()",
-                             fx_jv_type_name(v));
+        break;
     }
+    return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "object of type '%s' has no len()",
+                         fx_jv_type_name(v));
 }
 
 /* Python int() / float() of a string: surrounding whitespace and single underscores between
@@ -475,8 +475,8 @@ static fx_status filter_select(struct fx_jctx *c, const struct fx_jnode *n, stru
                                  (int)(name.kind == FX_JV_STR ? name.len : 1),
                                  name.kind == FX_JV_STR ? name.u.s : "?");
     }
-    struct fx_jargs test_args = {args->pos + at, args->n_pos - at, args->kw_val, args->kw_node,
-                                 args->n_kw};
+    struct fx_jargs test_args = {args->n_pos ? args->pos + at : NULL, args->n_pos - at,
+                                 args->kw_val, args->kw_node, args->n_kw};
     struct fx_jlist *l;
     TRY(make_list(c, n->pos, count, &l));
     for (size_t i = 0; i < count; i++) {
@@ -491,7 +491,7 @@ static fx_status filter_select(struct fx_jctx *c, const struct fx_jnode *n, stru
         if (r == keep)
             TRY(push(c, n->pos, l, items[i]));
     }
-    *out = fx_jv_list(l, false);
+    *out = fx_jv_list(l, FX_JL_ITER);
     return FX_OK;
 }
 
@@ -538,7 +538,7 @@ static fx_status filter_map(struct fx_jctx *c, const struct fx_jnode *n, struct 
         }
     }
     l->n = (uint32_t)count;
-    *out = fx_jv_list(l, false);
+    *out = fx_jv_list(l, FX_JL_ITER);
     return FX_OK;
 }
 
@@ -806,7 +806,7 @@ fx_status fx_jinja_apply_filter(struct fx_jctx *c, const struct fx_jnode *n, str
         TRY(fx_jinja_bind(c, pos, what, args, names, n->op == F_ITEMS ? 0 : 3, a));
         if (v.kind == FX_JV_UNDEF) {
             TRY(make_list(c, pos, 0, &l));
-            *out = fx_jv_list(l, false);
+            *out = fx_jv_list(l, FX_JL_ITER);
             return FX_OK;
         }
         if (v.kind != FX_JV_DICT)
@@ -827,7 +827,7 @@ fx_status fx_jinja_apply_filter(struct fx_jctx *c, const struct fx_jnode *n, str
             for (uint32_t i = 0; i < l->n; i++)
                 l->v[i] = s[i].val;
         }
-        *out = fx_jv_list(l, false);
+        *out = fx_jv_list(l, n->op == F_ITEMS ? FX_JL_ITER : FX_JL_LIST);
         return FX_OK;
     }
     case F_JOIN: {
@@ -912,7 +912,7 @@ fx_status fx_jinja_apply_filter(struct fx_jctx *c, const struct fx_jnode *n, str
                     l->v[l->n++] = s[i].val;
             }
         }
-        *out = fx_jv_list(l, false);
+        *out = fx_jv_list(l, sort ? FX_JL_LIST : FX_JL_ITER);
         return FX_OK;
     }
     case F_REJECT:
@@ -934,7 +934,7 @@ fx_status fx_jinja_apply_filter(struct fx_jctx *c, const struct fx_jnode *n, str
         for (size_t i = 0; i < count; i++)
             l->v[i] = items[count - 1 - i];
         l->n = (uint32_t)count;
-        *out = fx_jv_list(l, false);
+        *out = fx_jv_list(l, FX_JL_ITER);
         return FX_OK;
     case F_ROUND: {
         static const char *const names[] = {"precision", "method"};

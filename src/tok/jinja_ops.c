@@ -100,7 +100,7 @@ fx_status fx_jinja_compare(struct fx_jctx *c, uint32_t pos, struct fx_jv a, stru
         *out = r ? (r > 0) - (r < 0) : (a.len > b.len) - (a.len < b.len);
         return FX_OK;
     }
-    if (a.kind == FX_JV_LIST && b.kind == FX_JV_LIST && a.sub == b.sub) {
+    if (a.kind == FX_JV_LIST && b.kind == FX_JV_LIST && a.sub == b.sub && a.sub != FX_JL_ITER) {
         const struct fx_jlist *x = a.u.list, *y = b.u.list;
         for (uint32_t i = 0; i < x->n && i < y->n; i++) {
             if (fx_jv_equal(x->v[i], y->v[i]))
@@ -223,7 +223,7 @@ fx_status fx_jinja_getitem(struct fx_jctx *c, uint32_t pos, struct fx_jv obj, st
         return fx_jinja_undefined(c, pos, obj);
     case FX_JV_LIST: {
         size_t i;
-        if (int_key && seq_index(key, obj.u.list->n, &i))
+        if (int_key && obj.sub != FX_JL_ITER && seq_index(key, obj.u.list->n, &i))
             *out = obj.u.list->v[i];
         break;
     }
@@ -276,13 +276,18 @@ static int64_t slice_bound(struct fx_jv v, int64_t n, int64_t step, bool is_star
 
 fx_status fx_jinja_slice(struct fx_jctx *c, uint32_t pos, struct fx_jv obj,
                          const struct fx_jv parts[3], struct fx_jv *out) {
-    *out = fx_jv_undef();
+    /* Jinja slices with Python's own [] (not its forgiving getitem), so bad types are errors. */
     if (obj.kind == FX_JV_UNDEF)
         return fx_jinja_undefined(c, pos, obj);
+    if ((obj.kind != FX_JV_LIST && obj.kind != FX_JV_STR) || obj.sub == FX_JL_ITER)
+        return fx_jinja_fail(c, pos, FX_ERR_FORMAT, "'%s' object is not subscriptable",
+                             fx_jv_type_name(obj));
     for (int k = 0; k < 3; k++)
-        if (parts[k].kind != FX_JV_NONE && parts[k].kind != FX_JV_UNDEF &&
-            parts[k].kind != FX_JV_INT && parts[k].kind != FX_JV_BOOL)
-            return FX_OK; /* a TypeError, which Jinja turns into Undefined */
+        if (parts[k].kind != FX_JV_NONE && parts[k].kind != FX_JV_INT &&
+            parts[k].kind != FX_JV_BOOL)
+            return fx_jinja_fail(c, pos, FX_ERR_FORMAT,
+                                 "slice indices must be integers or None, not '%s'",
+                                 fx_jv_type_name(parts[k]));
     int64_t step = parts[2].kind == FX_JV_INT    ? parts[2].u.i
                    : parts[2].kind == FX_JV_BOOL ? parts[2].u.b
                                                  : 1;
@@ -319,8 +324,6 @@ fx_status fx_jinja_slice(struct fx_jctx *c, uint32_t pos, struct fx_jv obj,
         *out = fx_jv_list(r, obj.sub);
         return FX_OK;
     }
-    if (obj.kind != FX_JV_STR)
-        return FX_OK;
     bool ascii = is_ascii(obj.u.s, obj.len);
     int64_t len = ascii ? obj.len : (int64_t)fx_jutf8_count(obj.u.s, obj.len);
     int64_t start = slice_bound(parts[0], len, step, true),
@@ -411,6 +414,9 @@ fx_status fx_jinja_arith(struct fx_jctx *c, uint32_t pos, uint8_t op, struct fx_
         *out = fx_jv_list(r, a.sub);
         return FX_OK;
     }
+    if ((a.kind == FX_JV_LIST && a.sub == FX_JL_ITER) ||
+        (b.kind == FX_JV_LIST && b.sub == FX_JL_ITER))
+        return type_error(c, pos, names[op], a, b);
     if (op == FX_JO_MUL && (a.kind == FX_JV_STR || a.kind == FX_JV_LIST) &&
         (b.kind == FX_JV_INT || b.kind == FX_JV_BOOL))
         return repeat(c, pos, a, as_int(b), out);

@@ -325,7 +325,7 @@ bool fx_jv_truthy(struct fx_jv v) {
     case FX_JV_STR:
         return v.len != 0;
     case FX_JV_LIST:
-        return v.u.list->n != 0;
+        return v.sub == FX_JL_ITER || v.u.list->n != 0;
     case FX_JV_DICT:
         return v.u.dict->n != 0;
     default:
@@ -402,7 +402,7 @@ const char *fx_jv_type_name(struct fx_jv v) {
     case FX_JV_STR:
         return "str";
     case FX_JV_LIST:
-        return v.sub ? "tuple" : "list";
+        return v.sub == FX_JL_TUPLE ? "tuple" : v.sub == FX_JL_ITER ? "generator" : "list";
     case FX_JV_DICT:
         return "dict";
     case FX_JV_NS:
@@ -559,6 +559,10 @@ static void write_value(struct fx_jbuf *b, struct fx_jv v, bool repr, int depth)
         return;
     case FX_JV_LIST: {
         const struct fx_jlist *l = v.u.list;
+        if (v.sub == FX_JL_ITER) {
+            fx_jbuf_puts(b, "<generator object>");
+            return;
+        }
         fx_jbuf_putc(b, v.sub ? '(' : '[');
         for (uint32_t i = 0; i < l->n; i++) {
             if (i)
@@ -785,6 +789,10 @@ static fx_status json_value(struct fx_jbuf *b, struct fx_jv v, const struct fx_j
         return FX_OK;
     case FX_JV_LIST: {
         const struct fx_jlist *l = v.u.list;
+        if (v.sub == FX_JL_ITER) {
+            snprintf(msg, msg_size, "Object of type generator is not JSON serializable");
+            return FX_ERR_FORMAT;
+        }
         if (l->n == 0) {
             fx_jbuf_puts(b, "[]");
             return FX_OK;
