@@ -11,6 +11,12 @@
  * and frees them before returning. Every limit a hostile template could push (tree depth, call
  * depth, evaluation steps, output size, memory) is checked and reported as an error.
  *
+ * Known differences from Jinja2 on Python, none of which the published templates rely on:
+ * integers are 64-bit (overflow is an error); case mapping covers ASCII letters; lazy filters
+ * (select, map, ...) run at once, so a non-iterable input fails even if the result is never
+ * used; a slice of a literal (1[1:]) is an error where Jinja's constant folding makes it
+ * Undefined; str.format, {% include %}, {% call %}, {% with %} and recursive loops are absent.
+ *
  * Files: jinja_lex.c (source to tokens, whitespace control), jinja_parse.c (tokens to tree),
  * jinja_value.c (values, arena, printing, JSON), jinja_eval.c (scopes, statements, expressions),
  * jinja_ops.c (Python semantics of operators, access, slicing, formatting), jinja_filters.c
