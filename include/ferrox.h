@@ -306,8 +306,15 @@ fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gg
  * Ownership and threads: a template is immutable once created; any number of threads may render
  * the same one at once. Each render allocates its working memory and frees it before returning;
  * the only thing that persists is the caller's struct fx_chat_text, whose buffer is reused by the
- * next render into it. Parse once, render the whole conversation every turn: rendering costs
- * microseconds per message, and a caller can prefill only the part that changed.
+ * next render into it. Parse once, render the whole conversation every turn (well under a
+ * microsecond per message) and prefill only the suffix that differs from the previous render:
+ * compare rather than assume an append, because some templates rewrite earlier turns (Qwen 3 and
+ * DeepSeek R1 drop the reasoning of past answers). Templates that print bos_token themselves
+ * (Llama 3, Gemma, Mistral, DeepSeek) need the text tokenized without adding another BOS.
+ *
+ * Known differences from Python, none used by the built-in templates: integers are 64-bit
+ * (overflow is an error), upper/lower/title/capitalize change ASCII letters only, and str.format,
+ * {% include %}, {% call %}, {% with %} and recursive loops are not supported.
  *
  * Failures are fx_status errors whose message gives the line and column in the template
  * ("chat template: line 1, column 412: template raised: Conversation roles must alternate..."),
@@ -317,7 +324,7 @@ fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gg
  * ------------------------------------------------------------------------------------------- */
 
 struct fx_chat_msg {
-    const char *role;    /* "system", "user", "assistant", "tool", ... */
+    const char *role;    /* "system", "user", "assistant", "tool", ... (NUL-terminated) */
     const char *content; /* NUL-terminated UTF-8; NULL renders as None (an assistant turn that
                             only calls tools) */
 };
@@ -346,8 +353,9 @@ const char *fx_chat_builtin_source(const char *name);
 /* strftime_now() in templates formats the current local time unless a time is injected. */
 #define FX_CHAT_NOW_LOCAL INT64_MIN
 
+/* Defaults: fx_chat_default_params. */
 struct fx_chat_params {
-    bool add_generation_prompt; /* end with the header that starts the assistant's turn */
+    bool add_generation_prompt; /* end with the header that starts the assistant's turn (true) */
     const char *bos_token;      /* the variables bos_token and eos_token; NULL means "" */
     const char *eos_token;
     /* NULL, or a JSON object whose members become template variables: tools, documents,
@@ -374,8 +382,8 @@ struct fx_chat_text {
 
 void fx_chat_text_free(struct fx_chat_text *text);
 
-/* Renders the conversation msgs[0..n_msgs) into out (p may be NULL for the defaults). On
- * failure out->len is 0. */
+/* Renders the conversation msgs[0..n_msgs) into out (p may be NULL for the defaults; msgs may be
+ * NULL when n_msgs is 0). On failure out->len is 0. */
 fx_status fx_chat_render(const struct fx_chat_template *t, const struct fx_chat_msg *msgs,
                          size_t n_msgs, const struct fx_chat_params *p, struct fx_chat_text *out,
                          struct fx_error *err);
