@@ -541,6 +541,108 @@ void fx_stopper_reset(struct fx_stopper *st);
  * best supported table is used). Thread-safe. */
 const char *fx_kernels_name(void);
 
+/* ---------------------------------------------------------------------------------------------
+ * Chat templates
+ *
+ * A chat template turns a conversation into the prompt text a model was trained on. Models carry
+ * theirs as a Jinja template (the GGUF key tokenizer.chat_template). ferrox interprets the subset
+ * of Jinja that chat templates use, with the settings Hugging Face transformers renders them with
+ * (trim_blocks, lstrip_blocks, loop controls, an immutable sandbox, transformers' tojson), so a
+ * template nobody listed renders as it would in transformers. The published templates of known
+ * families are also built in by name (fx_chat_builtin_name) for files that carry none.
+ *
+ * Ownership and threads: a template is immutable once created; any number of threads may render
+ * the same one at once. Each render allocates its working memory and frees it before returning;
+ * the only thing that persists is the caller's struct fx_chat_text, whose buffer is reused by the
+ * next render into it. Parse once, render the whole conversation every turn (well under a
+ * microsecond per message) and prefill only the suffix that differs from the previous render:
+ * compare rather than assume an append, because some templates rewrite earlier turns (Qwen 3 and
+ * DeepSeek R1 drop the reasoning of past answers). Templates that print bos_token themselves
+ * (Llama 3, Gemma, Mistral, DeepSeek) need the text tokenized without adding another BOS.
+ *
+ * Known differences from Python, none used by the built-in templates: integers are 64-bit
+ * (overflow is an error), upper/lower/title/capitalize change ASCII letters only, and str.format,
+ * {% include %}, {% call %}, {% with %} and recursive loops are not supported.
+ *
+ * Failures are fx_status errors whose message gives the line and column in the template
+ * ("chat template: line 1, column 412: template raised: Conversation roles must alternate..."),
+ * with err->offset the byte offset: FX_ERR_FORMAT for syntax errors and errors while rendering,
+ * FX_ERR_INVALID_ARG when the template itself rejects the conversation (raise_exception), and
+ * FX_ERR_CAPACITY when a limit in struct fx_chat_params is exceeded (hostile templates).
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_chat_msg {
+    const char *role;    /* "system", "user", "assistant", "tool", ... (NUL-terminated) */
+    const char *content; /* NUL-terminated UTF-8; NULL renders as None (an assistant turn that
+                            only calls tools) */
+};
+
+struct fx_chat_template;
+
+/* Parses a Jinja chat template of len bytes (copied). Syntax errors, unknown filters and tests,
+ * and unsupported tags ({% include %}, {% call %}, recursive loops) fail here. */
+fx_status fx_chat_template_create(const char *source, size_t len, struct fx_chat_template **out,
+                                  struct fx_error *err);
+/* A built-in template by name (see fx_chat_builtin_name); FX_ERR_NOT_FOUND names the choices. */
+fx_status fx_chat_template_builtin(const char *name, struct fx_chat_template **out,
+                                   struct fx_error *err);
+void fx_chat_template_free(struct fx_chat_template *t);
+
+/* The name of the built-in whose text is exactly this template's, or NULL. */
+const char *fx_chat_template_builtin_name(const struct fx_chat_template *t);
+
+/* Built-in template names in a fixed order, i from 0 until NULL: chatml, qwen2, qwen2.5, qwen3,
+ * smollm2, llama2, llama3, llama3.1, llama3.2, mistral-v1, mistral-v3, mistral-v3-tekken,
+ * mistral-v7, gemma, gemma3, phi3, deepseek, deepseek-v2.5, deepseek-r1, gpt-oss. */
+const char *fx_chat_builtin_name(size_t i);
+/* The template text of a built-in (static storage), or NULL when the name is unknown. */
+const char *fx_chat_builtin_source(const char *name);
+
+/* strftime_now() in templates formats the current local time unless a time is injected. */
+#define FX_CHAT_NOW_LOCAL INT64_MIN
+
+/* Defaults: fx_chat_default_params. */
+struct fx_chat_params {
+    bool add_generation_prompt; /* end with the header that starts the assistant's turn (true) */
+    const char *bos_token;      /* the variables bos_token and eos_token; NULL means "" */
+    const char *eos_token;
+    /* NULL, or a JSON object whose members become template variables: tools, documents,
+     * enable_thinking, reasoning_effort, date_string, builtin_tools, ... They are set after
+     * add_generation_prompt, bos_token and eos_token (and may replace them); "messages" is not
+     * allowed. */
+    const char *vars_json;
+    int64_t now;        /* for strftime_now(): seconds since the epoch, shown as UTC, or
+                           FX_CHAT_NOW_LOCAL (the default) */
+    size_t max_output;  /* bytes of rendered text; default 16 MiB */
+    size_t max_memory;  /* bytes of working memory per render; default 64 MiB */
+    uint64_t max_steps; /* evaluated template nodes; default 50,000,000 */
+    uint32_t max_depth; /* nesting of evaluation (macro recursion); default 1000 */
+};
+
+void fx_chat_default_params(struct fx_chat_params *p);
+
+/* Rendered text. Zero-initialise before the first render; each render replaces the contents and
+ * reuses the buffer. data is NUL-terminated (len excludes the NUL). */
+struct fx_chat_text {
+    char *data;
+    size_t len, cap;
+};
+
+void fx_chat_text_free(struct fx_chat_text *text);
+
+/* Renders the conversation msgs[0..n_msgs) into out (p may be NULL for the defaults; msgs may be
+ * NULL when n_msgs is 0). On failure out->len is 0. */
+fx_status fx_chat_render(const struct fx_chat_template *t, const struct fx_chat_msg *msgs,
+                         size_t n_msgs, const struct fx_chat_params *p, struct fx_chat_text *out,
+                         struct fx_error *err);
+
+/* The same with the messages as a JSON array of objects (OpenAI chat format: role, content as a
+ * string, null or a list of parts, tool_calls, tool_call_id, name, reasoning_content, thinking,
+ * ...), every member reaching the template as written. */
+fx_status fx_chat_render_json(const struct fx_chat_template *t, const char *messages_json,
+                              size_t len, const struct fx_chat_params *p, struct fx_chat_text *out,
+                              struct fx_error *err);
+
 #ifdef __cplusplus
 }
 #endif
