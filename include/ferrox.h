@@ -152,7 +152,8 @@ struct fx_gguf_str {
 
 /* One metadata key/value pair. For FX_GGUF_ARRAY, `arr_type` is the element type, `arr_n` the
  * element count, and `v.arr` points at arr_n elements of that type stored natively (for strings:
- * an array of struct fx_gguf_str; for bools: one byte each, 0 or 1). */
+ * an array of struct fx_gguf_str; for bools: one byte each, 0 or 1). For other types arr_type
+ * and arr_n are 0. Arrays of arrays are rejected (FX_ERR_UNSUPPORTED). */
 struct fx_gguf_kv {
     const char *key;
     enum fx_gguf_type type;
@@ -176,6 +177,12 @@ struct fx_gguf_kv {
 };
 
 #define FX_GGUF_MAX_DIMS 4
+/* general.alignment when a file does not set it. */
+#define FX_GGUF_DEFAULT_ALIGNMENT 32
+/* Longest key (the GGUF specification's limit) and longest tensor name (ggml's: 64 bytes with
+ * the NUL); the reader rejects longer ones and the writer refuses them. */
+#define FX_GGUF_MAX_KEY_LEN  65535
+#define FX_GGUF_MAX_NAME_LEN 63
 
 /* A validated view of one tensor: n_elements and n_bytes are consistent with type and ne, and
  * the data lies inside the file's data section. ne[0] is the row length (the innermost, fastest
@@ -220,13 +227,17 @@ fx_status fx_gguf_get_u64(const struct fx_gguf *g, const char *key, uint64_t *ou
                           struct fx_error *err);
 fx_status fx_gguf_get_i32(const struct fx_gguf *g, const char *key, int32_t *out,
                           struct fx_error *err);
+fx_status fx_gguf_get_i64(const struct fx_gguf *g, const char *key, int64_t *out,
+                          struct fx_error *err);
 fx_status fx_gguf_get_f32(const struct fx_gguf *g, const char *key, float *out,
                           struct fx_error *err); /* accepts float32 and float64 */
 fx_status fx_gguf_get_bool(const struct fx_gguf *g, const char *key, bool *out,
                            struct fx_error *err);
 fx_status fx_gguf_get_str(const struct fx_gguf *g, const char *key, struct fx_gguf_str *out,
                           struct fx_error *err);
-/* An array whose elements have type `elem`; *data points at *n native elements. */
+/* An array whose elements have type `elem` (FX_GGUF_STRING: *data is a const struct
+ * fx_gguf_str *); *data points at *n native elements. An array of another element type is
+ * FX_ERR_FORMAT, so a caller never reads 4-byte elements from a 1-byte array. */
 fx_status fx_gguf_get_arr(const struct fx_gguf *g, const char *key, enum fx_gguf_type elem,
                           const void **data, uint64_t *n, struct fx_error *err);
 
@@ -248,14 +259,19 @@ const struct fx_tensor_view *fx_gguf_find_tensor(const struct fx_gguf *g, const 
 
 struct fx_gguf_writer;
 
-/* Fills `size` bytes of tensor `index` (in the order tensors were added) into dst. */
-typedef fx_status (*fx_gguf_fill_fn)(void *user, int64_t index, void *dst, uint64_t size,
-                                     struct fx_error *err);
+/* Produces the bytes [offset, offset + size) of tensor `index` (in the order tensors were added)
+ * into dst. The writer calls it in order, chunk after chunk, each chunk a whole number of rows
+ * (ne[0] elements) and offsets increasing from 0 to the tensor's byte size, so a tensor larger
+ * than memory is generated piece by piece into a bounded buffer. */
+typedef fx_status (*fx_gguf_fill_fn)(void *user, int64_t index, uint64_t offset, void *dst,
+                                     uint64_t size, struct fx_error *err);
 
 fx_status fx_gguf_writer_create(struct fx_gguf_writer **out, struct fx_error *err);
 void fx_gguf_writer_free(struct fx_gguf_writer *w);
 
-/* Sets general.alignment (a power of two) used to place tensor data; the default is 32. */
+/* Sets general.alignment (a power of two, at most 1 MiB) used to place tensor data, and the
+ * general.alignment key with it; the default, without the key, is 32. Setting the key with
+ * fx_gguf_writer_set_kv does the same (it must be a uint32), and removing it restores 32. */
 fx_status fx_gguf_writer_set_alignment(struct fx_gguf_writer *w, uint32_t alignment,
                                        struct fx_error *err);
 
@@ -283,13 +299,17 @@ fx_status fx_gguf_writer_set_str_arr(struct fx_gguf_writer *w, const char *key,
 /* Removes a key if present. */
 void fx_gguf_writer_remove_kv(struct fx_gguf_writer *w, const char *key);
 
-/* Adds a tensor. `data` (n_bytes of type/ne) is borrowed until the write; pass NULL to have the
- * writer call the fill callback for it instead. Names must be unique. */
+/* Adds a tensor of n_dims (0 to 4) dimensions ne[0..n_dims-1], each at least 1, ne[0] a whole
+ * number of the type's blocks. `data` (the tensor's byte size) is borrowed until the write; pass
+ * NULL to have the writer call the fill callback for it instead. Names must be unique, at most
+ * FX_GGUF_MAX_NAME_LEN bytes. Tensors are laid out in the order added. */
 fx_status fx_gguf_writer_add_tensor(struct fx_gguf_writer *w, const char *name, enum fx_type type,
                                     uint32_t n_dims, const int64_t *ne, const void *data,
                                     struct fx_error *err);
 
-/* Writes the file. `fill` may be NULL when every tensor was given data. */
+/* Writes the file (GGUF v3: pairs in the order first set, tensor infos and data in the order
+ * added, every tensor's data padded to the alignment). `fill` may be NULL when every tensor was
+ * given data. The writer can write again afterwards. */
 fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gguf_fill_fn fill,
                                void *user, struct fx_error *err);
 

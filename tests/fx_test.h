@@ -2,7 +2,7 @@
  *
  *   FX_TEST(gguf_rejects_bad_magic) { ... assert_int_equal(...); ... }
  *
- * Every FX_TEST in every tests/*.c file joins one cmocka group, run by tests/main.c in name
+ * Every FX_TEST in every test file under tests/ joins one cmocka group, run by tests/main.c in name
  * order, so a run ends with one cmocka summary. FX_TEST_FILTER (make test TEST_FILTER=...) holds
  * comma-separated shell globs on test names; only matching tests run.
  *
