@@ -4,4 +4,7 @@
 #ifndef FX_CLI_H
 #define FX_CLI_H
 
+/* ferrox tokenize (tokenize.c) */
+int fx_cli_tokenize(int argc, char **argv);
+
 #endif

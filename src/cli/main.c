@@ -13,6 +13,7 @@ struct command {
 
 /* One line per subcommand; the list ends with an empty entry. */
 static const struct command commands[] = {
+    {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
     {NULL, NULL, NULL},
 };
 

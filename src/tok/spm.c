@@ -57,6 +57,40 @@ static fx_status escape(struct fx_tok_scratch *s, const char *text, size_t len, 
     return FX_OK;
 }
 
+static bool is_space(const char *t, const struct fx_merge_sym *sym) {
+    return sym->n == 3 && memcmp(t + sym->start, ESCAPED_SPACE, 3) == 0;
+}
+
+/* Runs the merges over syms[0..n) (one chunk) and appends its tokens. */
+static fx_status merge_and_emit(const struct fx_vocab *v, struct fx_tok_scratch *s, const char *t,
+                                struct fx_merge_sym *syms, int32_t n, struct fx_tok_out *out,
+                                struct fx_error *err) {
+    fx_merge_link(syms, n);
+    struct spm_ctx ctx = {v, t};
+    fx_status st = fx_merge_run(s, syms, n, spm_pair, &ctx, err);
+    if (st != FX_OK)
+        return st;
+    for (int32_t i = 0; i >= 0; i = syms[i].next) {
+        if (syms[i].id >= 0) {
+            fx_tok_push(out, syms[i].id);
+            continue;
+        }
+        for (uint32_t b = 0; b < syms[i].n; b++) {
+            uint8_t byte = (uint8_t)t[syms[i].start + b];
+            fx_token id = v->byte_token[byte];
+            if (id < 0)
+                id = v->special[FX_SPECIAL_UNK];
+            if (id < 0)
+                return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                                    "the vocabulary has no token for byte 0x%02X and no unknown "
+                                    "token",
+                                    byte);
+            fx_tok_push(out, id);
+        }
+    }
+    return FX_OK;
+}
+
 fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, const char *text,
                         size_t len, bool prefix_space, struct fx_tok_out *out,
                         struct fx_error *err) {
@@ -70,8 +104,8 @@ fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, cons
     const char *t = s->text;
 
     /* One symbol per UTF-8 character (by its lead byte, as SentencePiece counts them). */
-    if ((st = fx_tok_reserve(&s->sym, &s->sym_cap, n_text ? n_text : 1, sizeof(struct fx_merge_sym),
-                             "symbols", err)) != FX_OK)
+    if ((st = fx_tok_reserve(&s->sym, &s->sym_cap, n_text ? n_text : 1,
+                             sizeof(struct fx_merge_sym), "symbols", err)) != FX_OK)
         return st;
     struct fx_merge_sym *syms = s->sym;
     int32_t n = 0;
@@ -84,29 +118,18 @@ fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, cons
                                           .id = fx_tok_index_find(&v->text_index, t + at, cl)};
         at += cl;
     }
-    if (n == 0)
-        return FX_OK;
-    fx_merge_link(syms, n);
-    struct spm_ctx ctx = {v, t};
-    if ((st = fx_merge_run(s, syms, n, spm_pair, &ctx, err)) != FX_OK)
-        return st;
-
-    for (int32_t i = 0; i >= 0; i = syms[i].next) {
-        if (syms[i].id >= 0) {
-            fx_tok_push(out, syms[i].id);
-            continue;
-        }
-        for (uint32_t b = 0; b < syms[i].n; b++) {
-            fx_token id = v->byte_token[(uint8_t)t[syms[i].start + b]];
-            if (id < 0)
-                id = v->special[FX_SPECIAL_UNK];
-            if (id < 0)
-                return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                                    "the vocabulary has no token for byte 0x%02X and no unknown "
-                                    "token",
-                                    (uint8_t)t[syms[i].start + b]);
-            fx_tok_push(out, id);
-        }
+    /* Merge chunk by chunk: a chunk ends where a run of spaces starts (when no token can
+     * straddle that point, see fx_vocab.spm_chunked), else the whole text is one chunk. */
+    for (int32_t first = 0; first < n;) {
+        int32_t end = first + 1;
+        if (v->spm_chunked)
+            while (end < n && !(is_space(t, &syms[end]) && !is_space(t, &syms[end - 1])))
+                end++;
+        else
+            end = n;
+        if ((st = merge_and_emit(v, s, t, syms + first, end - first, out, err)) != FX_OK)
+            return st;
+        first = end;
     }
     return FX_OK;
 }

@@ -380,6 +380,20 @@ static void find_byte_tokens(struct fx_vocab *v) {
     }
 }
 
+/* Whether any token has "▁" (U+2581) somewhere other than at its start or after another "▁"
+ * (see fx_vocab.spm_chunked). */
+static bool spaces_only_lead(const struct fx_vocab *v) {
+    static const char mark[3] = {'\xE2', '\x96', '\x81'};
+    for (int32_t i = 0; i < v->n_tokens; i++) {
+        size_t n;
+        const char *t = fx_vocab_text(v, i, &n);
+        for (size_t p = 1; p + 3 <= n; p++)
+            if (memcmp(t + p, mark, 3) == 0 && (p < 3 || memcmp(t + p - 3, mark, 3) != 0))
+                return false;
+    }
+    return true;
+}
+
 /* The byte of a <0xNN> token, or -1 when the text has another form. */
 static int hex_byte(const char *t, size_t n) {
     if (n != 6 || memcmp(t, "<0x", 3) != 0 || t[5] != '>' || !isxdigit((unsigned char)t[3]) ||
@@ -499,6 +513,7 @@ static fx_status build(struct fx_vocab *v, const struct fx_vocab_spec *spec, str
         return st;
     phi3_strip(v, spec->name);
     find_byte_tokens(v);
+    v->spm_chunked = v->type == FX_VOCAB_SPM && spaces_only_lead(v);
     if ((st = build_pieces(v, err)) != FX_OK)
         return st;
     if (v->type == FX_VOCAB_BPE) {

@@ -89,6 +89,11 @@ struct fx_vocab {
      * character in the GPT-2 byte alphabet. FX_TOKEN_NULL where the vocabulary lacks one. */
     fx_token byte_token[256];
 
+    /* SentencePiece: true when no token has "▁" after anything but another "▁", so that no
+     * merge can cross the start of a run of spaces and text can be merged run by run (the same
+     * result, in far less memory traffic than one queue over a long text). */
+    bool spm_chunked;
+
     /* Byte-level BPE: each token's text decoded back to raw bytes, and an index over them. Tokens
      * whose text is not in the byte alphabet are absent (bytes_len[i] == UINT32_MAX). */
     char *bytes;

@@ -31,6 +31,47 @@ static fx_status opt_bool(const struct fx_gguf *g, const char *key, int8_t *out,
     return st;
 }
 
+/* A token id. Converters write "none" as -1 (or as 0xFFFFFFFF in an unsigned key): both mean
+ * the key is absent. */
+static fx_status opt_id(const struct fx_gguf *g, const char *key, int64_t *out,
+                        struct fx_error *err) {
+    const struct fx_gguf_kv *kv = fx_gguf_find_kv(g, key);
+    if (!kv)
+        return FX_OK;
+    int64_t id;
+    switch (kv->type) {
+    case FX_GGUF_UINT8:
+        id = kv->v.u8;
+        break;
+    case FX_GGUF_INT8:
+        id = kv->v.i8;
+        break;
+    case FX_GGUF_UINT16:
+        id = kv->v.u16;
+        break;
+    case FX_GGUF_INT16:
+        id = kv->v.i16;
+        break;
+    case FX_GGUF_UINT32:
+        id = kv->v.u32 == UINT32_MAX ? -1 : (int64_t)kv->v.u32;
+        break;
+    case FX_GGUF_INT32:
+        id = kv->v.i32;
+        break;
+    case FX_GGUF_UINT64:
+        id = kv->v.u64 > INT64_MAX ? -1 : (int64_t)kv->v.u64;
+        break;
+    case FX_GGUF_INT64:
+        id = kv->v.i64;
+        break;
+    default:
+        return fx_error_set(err, FX_ERR_FORMAT, FX_NO_OFFSET, "%s: expected an integer, found %s",
+                            key, fx_gguf_type_name(kv->type));
+    }
+    *out = id < 0 ? -1 : id;
+    return FX_OK;
+}
+
 /* A per-token array: absent is fine, but when present it must cover every token. */
 static fx_status per_token(const struct fx_gguf *g, const char *key, enum fx_gguf_type elem,
                            uint64_t n_tokens, const void **out, struct fx_error *err) {
@@ -93,16 +134,10 @@ fx_status fx_vocab_load(const struct fx_gguf *g, struct fx_vocab **out, struct f
         spec.merges = arr;
     }
 
-    for (int i = 0; i < FX_SPECIAL_COUNT; i++) {
-        uint32_t id;
-        st = fx_gguf_get_u32(g, fx_vocab_special_key((enum fx_vocab_special)i), &id, err);
-        if (st == FX_OK)
-            spec.special[i] = id;
-        else if (st == FX_ERR_NOT_FOUND)
-            fx_error_clear(err);
-        else
+    for (int i = 0; i < FX_SPECIAL_COUNT; i++)
+        if ((st = opt_id(g, fx_vocab_special_key((enum fx_vocab_special)i), &spec.special[i],
+                         err)) != FX_OK)
             return st;
-    }
     if ((st = opt_bool(g, "tokenizer.ggml.add_bos_token", &spec.add_bos, err)) != FX_OK ||
         (st = opt_bool(g, "tokenizer.ggml.add_eos_token", &spec.add_eos, err)) != FX_OK ||
         (st = opt_bool(g, "tokenizer.ggml.add_sep_token", &spec.add_sep, err)) != FX_OK ||
