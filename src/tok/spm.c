@@ -104,8 +104,8 @@ fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, cons
     const char *t = s->text;
 
     /* One symbol per UTF-8 character (by its lead byte, as SentencePiece counts them). */
-    if ((st = fx_tok_reserve(&s->sym, &s->sym_cap, n_text ? n_text : 1,
-                             sizeof(struct fx_merge_sym), "symbols", err)) != FX_OK)
+    if ((st = fx_tok_reserve(&s->sym, &s->sym_cap, n_text ? n_text : 1, sizeof(struct fx_merge_sym),
+                             "symbols", err)) != FX_OK)
         return st;
     struct fx_merge_sym *syms = s->sym;
     int32_t n = 0;
