@@ -120,8 +120,11 @@ FX_TEST(tok_spm_merges_by_score_with_byte_fallback) {
     expect_ids(v, "ab", false, false, (fx_token[]){id.sp_ab, -2});
     /* A character the vocabulary lacks is spelled with its UTF-8 bytes. */
     expect_ids(v, "a\xC3\xA9", false, false, (fx_token[]){id.sp_a, 3 + 0xC3, 3 + 0xA9, -2});
-    /* Invalid UTF-8 too, byte by byte. */
+    /* Invalid UTF-8 too, byte by byte; an invalid lead byte does not swallow the space after
+     * it (a fuzzer finding: sized by its lead byte, "\xF0" took the "▁" along). */
     expect_ids(v, "\xFF", false, false, (fx_token[]){id.sp, 3 + 0xFF, -2});
+    expect_ids(v, "\xF0 a", false, false, (fx_token[]){id.sp, 3 + 0xF0, id.sp_a, -2});
+    expect_text(v, (fx_token[]){id.sp, 3 + 0xF0, id.sp_a}, 3, 0, "\xF0 a");
     /* BOS as the vocabulary says (add_bos defaults to true for "llama"), never EOS. */
     expect_ids(v, "c", true, false, (fx_token[]){1, id.sp, id.c, -2});
     expect_ids(v, "", true, false, (fx_token[]){1, -2});

@@ -103,16 +103,18 @@ fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, cons
                             "text of %zu bytes is too long to tokenize at once", len);
     const char *t = s->text;
 
-    /* One symbol per UTF-8 character (by its lead byte, as SentencePiece counts them). */
+    /* One symbol per UTF-8 character, and one per byte that is not part of a valid character.
+     * (llama.cpp sizes a symbol by its first byte alone, so that an invalid lead byte swallows
+     * the bytes after it, even a "▁"; for valid UTF-8 the two agree, and this way invalid input
+     * stays lossless.) */
     if ((st = fx_tok_reserve(&s->sym, &s->sym_cap, n_text ? n_text : 1, sizeof(struct fx_merge_sym),
                              "symbols", err)) != FX_OK)
         return st;
     struct fx_merge_sym *syms = s->sym;
     int32_t n = 0;
     for (size_t at = 0; at < n_text;) {
-        size_t cl = fx_utf8_lead_len((uint8_t)t[at]);
-        if (cl > n_text - at)
-            cl = n_text - at;
+        uint32_t cp;
+        size_t cl = fx_utf8_decode((const uint8_t *)t + at, n_text - at, &cp);
         syms[n++] = (struct fx_merge_sym){.start = (uint32_t)at,
                                           .n = (uint32_t)cl,
                                           .id = fx_tok_index_find(&v->text_index, t + at, cl)};

@@ -244,37 +244,23 @@ static bool is_eog(const struct fx_vocab *v, fx_token id) {
     return false;
 }
 
+/* DeepSeek's "<｜end▁of▁sentence｜>" (full-width bars, U+2581 spaces). */
+#define DEEPSEEK_EOS                                                                               \
+    ("<\xEF\xBD\x9C"                                                                               \
+     "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>")
+
 static fx_status find_eog(struct fx_vocab *v, struct fx_error *err) {
     /* The end-of-turn token, when the file does not name one: the first of these it has. */
     static const char *const eot_texts[] = {
-        "<|eot_id|>",
-        "<|im_end|>",
-        "<|end|>",
-        "<end_of_turn>",
-        "<EOT>",
-        "_<EOT>",
-        "<|end_of_text|>",
-        "<end_of_utterance>",
-        "<|endoftext|>",
-        "<\xEF\xBD\x9C"
-        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+        "<|eot_id|>",    "<|im_end|>", "<|end|>",         "<end_of_turn>",
+        "<EOT>",         "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
+        "<|endoftext|>", DEEPSEEK_EOS,
     };
     /* Every token that ends generation besides EOS / EOT / EOM. */
     static const char *const eog_texts[] = {
-        "<|eot_id|>",
-        "<|im_end|>",
-        "<|end|>",
-        "<|return|>",
-        "<|call|>",
-        "<end_of_turn>",
-        "<|endoftext|>",
-        "<|eom_id|>",
-        "<EOT>",
-        "_<EOT>",
-        "<|end_of_text|>",
-        "<end_of_utterance>",
-        "<\xEF\xBD\x9C"
-        "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+        "<|eot_id|>",      "<|im_end|>",         "<|end|>",    "<|return|>", "<|call|>",
+        "<end_of_turn>",   "<|endoftext|>",      "<|eom_id|>", "<EOT>",      "_<EOT>",
+        "<|end_of_text|>", "<end_of_utterance>", DEEPSEEK_EOS,
     };
     fx_status st;
     for (size_t i = 0; v->special[FX_SPECIAL_EOT] < 0 && i < sizeof eot_texts / sizeof *eot_texts;
