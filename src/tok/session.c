@@ -35,6 +35,7 @@ void fx_tok_scratch_free(struct fx_tok_scratch *s) {
     free(s->sym);
     free(s->heap);
     free(s->text);
+    free(s->pair_cache);
     pcre2_match_data_free(s->match);
     *s = (struct fx_tok_scratch){0};
 }

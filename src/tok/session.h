@@ -36,7 +36,8 @@ struct fx_tok_scratch {
     size_t heap_cap;
     char *text; /* a rewritten copy of the input (SPM's escaped spaces, WordPiece's words) */
     size_t text_cap;
-    void *match; /* pcre2_match_data of the pre-tokenizer */
+    void *match;      /* pcre2_match_data of the pre-tokenizer */
+    void *pair_cache; /* SentencePiece's pair lookups (spm.c) */
 };
 
 /* Grows *buf to hold at least `need` elements of `elem` bytes (geometrically). FX_ERR_NOMEM

@@ -5,6 +5,7 @@
  * byte tokens <0xNN> (byte fallback). */
 #include "tok/spm.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/checked.h"
@@ -14,15 +15,38 @@
 
 static const char ESCAPED_SPACE[3] = {'\xE2', '\x96', '\x81'}; /* U+2581 */
 
+/* A direct-mapped cache of pair lookups for one call: two tokens always join to the same text,
+ * so (left id, right id) decides the merged token, and text repeats the same pairs over and
+ * over. It spares most hash-table probes. */
+#define PAIR_CACHE_SIZE 4096
+
+struct pair_cache {
+    fx_token left, right, result; /* result FX_TOKEN_NULL: the pair forms no token */
+};
+
 struct spm_ctx {
     const struct fx_vocab *v;
     const char *text;
+    struct pair_cache *cache; /* [PAIR_CACHE_SIZE] */
 };
 
 static bool spm_pair(const void *ctx, const struct fx_merge_sym *l, const struct fx_merge_sym *r,
                      double *key, fx_token *result) {
     const struct spm_ctx *c = ctx;
-    fx_token id = fx_tok_index_find(&c->v->text_index, c->text + l->start, (size_t)l->n + r->n);
+    fx_token id;
+    if (l->id >= 0 && r->id >= 0) {
+        uint32_t h = ((uint32_t)l->id * 0x9E3779B1u) ^ ((uint32_t)r->id * 0x85EBCA77u);
+        struct pair_cache *e = &c->cache[(h ^ (h >> 15)) & (PAIR_CACHE_SIZE - 1)];
+        if (e->left != l->id || e->right != r->id) {
+            e->left = l->id;
+            e->right = r->id;
+            e->result =
+                fx_tok_index_find(&c->v->text_index, c->text + l->start, (size_t)l->n + r->n);
+        }
+        id = e->result;
+    } else {
+        id = fx_tok_index_find(&c->v->text_index, c->text + l->start, (size_t)l->n + r->n);
+    }
     if (id < 0)
         return false;
     *key = -(double)c->v->score[id]; /* highest score first */
@@ -62,12 +86,13 @@ static bool is_space(const char *t, const struct fx_merge_sym *sym) {
 }
 
 /* Runs the merges over syms[0..n) (one chunk) and appends its tokens. */
-static fx_status merge_and_emit(const struct fx_vocab *v, struct fx_tok_scratch *s, const char *t,
+static fx_status merge_and_emit(const struct spm_ctx *ctx, struct fx_tok_scratch *s,
                                 struct fx_merge_sym *syms, int32_t n, struct fx_tok_out *out,
                                 struct fx_error *err) {
+    const struct fx_vocab *v = ctx->v;
+    const char *t = ctx->text;
     fx_merge_link(syms, n);
-    struct spm_ctx ctx = {v, t};
-    fx_status st = fx_merge_run(s, syms, n, spm_pair, &ctx, err);
+    fx_status st = fx_merge_run(s, syms, n, spm_pair, ctx, err);
     if (st != FX_OK)
         return st;
     for (int32_t i = 0; i >= 0; i = syms[i].next) {
@@ -120,6 +145,15 @@ fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, cons
                                           .id = fx_tok_index_find(&v->text_index, t + at, cl)};
         at += cl;
     }
+    if (!s->pair_cache) {
+        struct pair_cache *cache = malloc(PAIR_CACHE_SIZE * sizeof *cache);
+        if (!cache)
+            return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory (pair cache)");
+        for (size_t i = 0; i < PAIR_CACHE_SIZE; i++)
+            cache[i] = (struct pair_cache){FX_TOKEN_NULL, FX_TOKEN_NULL, FX_TOKEN_NULL};
+        s->pair_cache = cache;
+    }
+    struct spm_ctx ctx = {v, t, s->pair_cache};
     /* Merge chunk by chunk: a chunk ends where a run of spaces starts (when no token can
      * straddle that point, see fx_vocab.spm_chunked), else the whole text is one chunk. */
     for (int32_t first = 0; first < n;) {
@@ -129,7 +163,7 @@ fx_status fx_spm_encode(const struct fx_vocab *v, struct fx_tok_scratch *s, cons
                 end++;
         else
             end = n;
-        if ((st = merge_and_emit(v, s, t, syms + first, end - first, out, err)) != FX_OK)
+        if ((st = merge_and_emit(&ctx, s, syms + first, end - first, out, err)) != FX_OK)
             return st;
         first = end;
     }
