@@ -67,8 +67,8 @@ TEST_BIN := $(BUILD)/ferrox_tests
 # Per-ISA kernel files: the only objects built with -m flags.
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
 ISA_AVX512 := $(ISA_AVX2) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
-$(BUILD)/src/kernels/x86_avx2%.o: ISA_FLAGS := $(ISA_AVX2)
-$(BUILD)/src/kernels/x86_avx512%.o: ISA_FLAGS := $(ISA_AVX512)
+$(BUILD)/src/kernels/x86_avx2%: ISA_FLAGS := $(ISA_AVX2)
+$(BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 
 .PHONY: all test fuzz format format-check clean
 .DEFAULT_GOAL := all
@@ -105,12 +105,15 @@ FUZZ_BINS := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 
 fuzz: $(FUZZ_BINS)
 
+# Keep the fuzz objects: they are intermediate files of a pattern chain make would delete.
+.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/fuzz/%.o)
+
 $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CLANG) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) $(ISA_FLAGS) -MMD -MP -c $< -o $@
 
-$(FUZZ_BUILD)/src/kernels/x86_avx2%.o: ISA_FLAGS := $(ISA_AVX2)
-$(FUZZ_BUILD)/src/kernels/x86_avx512%.o: ISA_FLAGS := $(ISA_AVX512)
+$(FUZZ_BUILD)/src/kernels/x86_avx2%: ISA_FLAGS := $(ISA_AVX2)
+$(FUZZ_BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	$(CLANG) -fsanitize=fuzzer,address,undefined -pthread $^ $(LDLIBS_ALL) -o $@
@@ -128,3 +131,11 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 -include $(FUZZ_LIB_OBJ:.o=.d)
+
+# The GGUF fuzzer's seed corpus, written by the test that checks it (see tests/test_gguf_malformed.c):
+#   make fuzz fuzz-corpus && build/fuzz/fuzz_gguf -max_total_time=600 fuzz/corpus-gguf
+.PHONY: fuzz-corpus
+fuzz-corpus: $(TEST_BIN) $(BIN)
+	mkdir -p fuzz/corpus-gguf
+	FX_GGUF_CORPUS=$(abspath fuzz/corpus-gguf) FERROX_BIN=$(abspath $(BIN)) \
+		FX_TEST_FILTER='gguf_fuzz_seed_corpus' $(TEST_BIN)

@@ -50,6 +50,9 @@ struct fx_error {
 
 #define FX_NO_OFFSET UINT64_MAX
 
+/* A token id: an index into a model's vocabulary. */
+typedef int32_t fx_token;
+
 /* A short constant name for a status ("FX_ERR_FORMAT"); never NULL. */
 const char *fx_status_name(fx_status s);
 
@@ -312,6 +315,231 @@ fx_status fx_gguf_writer_add_tensor(struct fx_gguf_writer *w, const char *name, 
  * given data. The writer can write again afterwards. */
 fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gguf_fill_fn fill,
                                void *user, struct fx_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models
+ *
+ * A model is the immutable description and weights of one GGUF file: architecture, hyper-
+ * parameters, and weight views into the file's read-only mapping. Supported architectures:
+ * llama (Llama 1-3, Mistral, TinyLlama, SmolLM2, Mixtral-style experts), qwen2, qwen3, qwen3moe,
+ * gemma2, gemma3, gpt-oss. A loaded model may be shared by any number of contexts and threads;
+ * free it only after every context using it.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_model;
+
+struct fx_model_params {
+    int reserved; /* no options yet; use fx_model_default_params() */
+};
+
+struct fx_model_params fx_model_default_params(void);
+
+/* Loads a model file. Missing or mis-shaped tensors and absurd hyper-parameters are errors naming
+ * the tensor or key with the expected and the found value. `params` may be NULL. */
+fx_status fx_model_load(const char *path, const struct fx_model_params *params,
+                        struct fx_model **out, struct fx_error *err);
+/* The same from an already open file; on success the model owns `g` and frees it. */
+fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *params,
+                             struct fx_model **out, struct fx_error *err);
+void fx_model_free(struct fx_model *m);
+
+const char *fx_model_arch(const struct fx_model *m); /* "llama", "qwen3", ... */
+int32_t fx_model_n_vocab(const struct fx_model *m);
+int32_t fx_model_n_embd(const struct fx_model *m);
+int32_t fx_model_n_layer(const struct fx_model *m);
+int32_t fx_model_n_ctx_train(const struct fx_model *m);
+uint64_t fx_model_n_params(const struct fx_model *m); /* elements of every tensor */
+uint64_t fx_model_size(const struct fx_model *m);     /* bytes of every tensor */
+/* The open file the model was loaded from (its metadata, e.g. for the tokenizer). */
+const struct fx_gguf *fx_model_gguf(const struct fx_model *m);
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts and forward passes
+ *
+ * A context runs one model for one sequence: it owns a worker pool, a contiguous KV cache of
+ * n_ctx positions (keys and values kept in f32), and every scratch buffer a forward pass needs,
+ * all allocated at creation (no allocation per token). It borrows the model, which must outlive
+ * it. A context belongs to one thread at a time; several contexts may share one model.
+ *
+ * Forward calls evaluate tokens at consecutive positions pos0, pos0 + 1, ... of the sequence;
+ * pos0 may be at most the number of positions already in the cache (fx_context_kv_len), and
+ * evaluating at pos0 drops whatever the cache held from pos0 on. Each call enters the worker
+ * pool once. Every argument is checked before anything is written: a bad token, a position past
+ * the cache or a call that would overflow the context returns an error and leaves the context
+ * as it was.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_context;
+
+struct fx_context_params {
+    int32_t n_ctx;     /* positions in the KV cache; 0: the training context, at most 4096 */
+    int32_t n_batch;   /* rows evaluated together (longer calls run in chunks); 0: 512 */
+    int32_t n_threads; /* workers; 0: one per CPU this process may use */
+};
+
+struct fx_context_params fx_context_default_params(void);
+fx_status fx_context_create(const struct fx_model *m, const struct fx_context_params *params,
+                            struct fx_context **out, struct fx_error *err);
+void fx_context_free(struct fx_context *ctx);
+
+const struct fx_model *fx_context_model(const struct fx_context *ctx);
+int32_t fx_context_n_ctx(const struct fx_context *ctx);
+/* Positions currently held by the KV cache. */
+int32_t fx_context_kv_len(const struct fx_context *ctx);
+/* Keeps the first n positions of the cache (n <= fx_context_kv_len); 0 clears it. */
+fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err);
+
+/* One token at position pos; logits: [n_vocab]. */
+fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, float *logits,
+                           struct fx_error *err);
+/* n tokens at pos0..pos0+n-1, causal; logits: [n][n_vocab], one row per token. */
+fx_status fx_forward_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
+                           float *logits, struct fx_error *err);
+/* The same, plus the final normed hidden state of every row; hidden: [n][n_embd]. */
+fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                       int32_t pos0, float *logits, float *hidden,
+                                       struct fx_error *err);
+/* Prefill: the same evaluation, logits of the last token only; logits: [n_vocab]. */
+fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                int32_t pos0, float *logits, struct fx_error *err);
+/* Final normed hidden states only (embeddings); hidden: [n][n_embd]. */
+fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                  int32_t pos0, float *hidden, struct fx_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampling
+ *
+ * A sampler picks the next token from a row of logits through the chain llama.cpp's tools use by
+ * default:
+ *
+ *   logit bias -> repetition/frequency/presence penalties -> top-k -> top-p -> min-p
+ *     -> temperature -> draw
+ *
+ * Each step acts on the candidates the previous one left. Top-p and min-p measure probabilities
+ * at temperature 1 (temperature comes last, as in llama.cpp). Temperature 0 is greedy: the token
+ * with the largest logit after bias and penalties, ties going to the lowest id; it draws no random
+ * number. The draw uses the sampler's own generator, seeded from `seed`: the same seed,
+ * parameters, accepted tokens and logits give the same tokens whatever the number of threads,
+ * because sampling is single-threaded and reads nothing else (ties are broken by token id
+ * everywhere).
+ *
+ * Everything is allocated by fx_sampler_create for the vocabulary size; sampling a token
+ * allocates nothing. A sampler belongs to one thread at a time.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Adds `bias` to the logit of `token`; -INFINITY bans it. */
+struct fx_logit_bias {
+    fx_token token;
+    float bias;
+};
+
+struct fx_sampler_params {
+    float temperature;       /* >= 0; 0: greedy */
+    int32_t top_k;           /* keep the k most likely tokens; <= 0: off */
+    float top_p;             /* keep the fewest most likely tokens whose mass reaches top_p, in
+                                [0, 1]; 1: off */
+    float min_p;             /* keep tokens with p >= min_p * p_max, in [0, 1]; 0: off */
+    int32_t penalty_last_n;  /* the penalties look at the last n accepted tokens; 0: off */
+    float repeat_penalty;    /* > 0: a positive logit of a token in the window is divided by it,
+                                a negative one multiplied; 1: off */
+    float frequency_penalty; /* subtracted once per occurrence in the window; 0: off */
+    float presence_penalty;  /* subtracted once if the token occurs in the window; 0: off */
+    const struct fx_logit_bias *logit_bias; /* n_logit_bias entries, copied by create; entries for
+                                               the same token add up */
+    size_t n_logit_bias;
+    uint64_t seed;
+};
+
+/* llama.cpp's defaults: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a window of 64 with
+ * every penalty off, no bias, seed 0 (a fixed seed: pick another for varied output). */
+struct fx_sampler_params fx_sampler_default_params(void);
+
+struct fx_sampler;
+
+/* Creates a sampler for logits of n_vocab entries. Parameters out of range are FX_ERR_INVALID_ARG
+ * naming the parameter and value. */
+fx_status fx_sampler_create(int32_t n_vocab, const struct fx_sampler_params *params,
+                            struct fx_sampler **out, struct fx_error *err);
+void fx_sampler_free(struct fx_sampler *s);
+
+/* Picks a token from logits [n_vocab] (left unchanged; NaN counts as -INFINITY). Fails with
+ * FX_ERR_INVALID_ARG, *out untouched, when bias and penalties leave no token with a finite logit.
+ * The token is not accepted: call fx_sampler_accept with the token the caller keeps. */
+fx_status fx_sampler_sample(struct fx_sampler *s, const float *logits, fx_token *out,
+                            struct fx_error *err);
+
+/* Appends a token to the penalty window (generated tokens; prompt tokens too when they should be
+ * penalised, as llama.cpp's tools do). FX_ERR_INVALID_ARG for an id outside [0, n_vocab). */
+fx_status fx_sampler_accept(struct fx_sampler *s, fx_token token, struct fx_error *err);
+
+/* Empties the penalty window and restarts the random sequence from the seed. */
+void fx_sampler_reset(struct fx_sampler *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Stopping
+ *
+ * A stopper decides when generation ends and which text may be shown so far. Feed it every
+ * generated token with its detokenized piece; it ends generation on a stop token (whose text is
+ * not part of the output), on a stop string (the output is cut where the string starts, and the
+ * string may span any number of tokens), or after max_tokens tokens. While streaming it holds back
+ * the text that could still turn out to be the start of a stop string, and an incomplete UTF-8
+ * sequence at the end, so that nothing it has released ever has to be taken back. A stopper
+ * belongs to one thread at a time.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_stop_params {
+    const char *const *strings; /* n_strings non-empty NUL-terminated strings, copied */
+    size_t n_strings;
+    const fx_token *tokens; /* n_tokens ids (end of text, end of turn...), copied */
+    size_t n_tokens;
+    int64_t max_tokens; /* stop after this many tokens; <= 0: no limit */
+};
+
+enum fx_stop_reason {
+    FX_STOP_NONE = 0,   /* generation goes on */
+    FX_STOP_TOKEN,      /* the token pushed is a stop token */
+    FX_STOP_STRING,     /* a stop string appeared in the text */
+    FX_STOP_MAX_TOKENS, /* max_tokens tokens were pushed */
+};
+
+struct fx_stop_result {
+    enum fx_stop_reason reason;
+    int32_t which;    /* index of the stop string or stop token in the params; -1 otherwise */
+    const char *text; /* the text to emit now, len bytes (not NUL-terminated), owned by the
+                         stopper and valid until its next call */
+    size_t len;
+    uint64_t text_end; /* bytes emitted so far, this text included; once stopped, the offset in
+                          the concatenated pieces where the output ends */
+};
+
+struct fx_stopper;
+
+fx_status fx_stopper_create(const struct fx_stop_params *params, struct fx_stopper **out,
+                            struct fx_error *err);
+void fx_stopper_free(struct fx_stopper *st);
+
+/* Feeds one generated token and its piece (len bytes of UTF-8, possibly incomplete). When the
+ * result's reason is not FX_STOP_NONE, generation is over and the result's text is the rest of
+ * the output. FX_ERR_INVALID_ARG after the stopper has stopped; FX_ERR_NOMEM when the text it
+ * must hold cannot grow. */
+fx_status fx_stopper_push(struct fx_stopper *st, fx_token token, const char *piece, size_t len,
+                          struct fx_stop_result *out, struct fx_error *err);
+
+/* Ends generation for another reason (context full, cancelled): releases the text held back. */
+void fx_stopper_finish(struct fx_stopper *st, struct fx_stop_result *out);
+
+/* Makes the stopper ready for a new generation with the same parameters. */
+void fx_stopper_reset(struct fx_stopper *st);
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernels
+ * ------------------------------------------------------------------------------------------- */
+
+/* The name of the kernel table this process computes with ("generic", "avx2" or "avx512"),
+ * chosen once from the CPU's features, or forced with the environment variable
+ * FERROX_CPU=generic|avx2|avx512 (an unknown or unsupported name is reported on stderr and the
+ * best supported table is used). Thread-safe. */
+const char *fx_kernels_name(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Tokenizer

@@ -4,7 +4,8 @@
 #ifndef FX_CLI_H
 #define FX_CLI_H
 
-/* ferrox tokenize (tokenize.c) */
+int fx_cli_inspect(int argc, char **argv);
+int fx_cli_synth(int argc, char **argv);
 int fx_cli_tokenize(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@ struct command {
 
 /* One line per subcommand; the list ends with an empty entry. */
 static const struct command commands[] = {
+    {"inspect", fx_cli_inspect, "print a GGUF file's header, metadata and tensors"},
+    {"synth", fx_cli_synth, "write a random-weight GGUF model of a real model's shape"},
     {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
     {NULL, NULL, NULL},
 };
@@ -25,7 +27,7 @@ static void usage(FILE *out) {
 }
 
 static void print_version(void) {
-    printf("ferrox %s\n", fx_version());
+    printf("ferrox %s\nkernels: %s\n", fx_version(), fx_kernels_name());
 }
 
 int main(int argc, char **argv) {

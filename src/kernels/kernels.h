@@ -1,16 +1,22 @@
 /* The kernel table: every numeric operation the decoder needs, as function pointers.
  *
- * kernels/generic.c fills the complete table in plain C; it is the reference for everything.
+ * kernels/generic*.c fill the complete table in plain C; they are the reference for everything.
  * kernels/x86_avx2.c and kernels/x86_avx512.c fill only the entries they accelerate, and the rest
- * is taken from the generic table when the table is assembled. One table is chosen once at start
- * (fx_kernels()) from the CPU features, or forced with FERROX_CPU=generic|avx2|avx512.
+ * is taken from the generic table when the table is assembled (kernels/dispatch.c). One table is
+ * chosen once at start (fx_kernels()) from the CPU features, or forced with
+ * FERROX_CPU=generic|avx2|avx512.
  *
  * Kernels never create threads: work is split by the caller into (ith, nth) shares, and a kernel
- * computes its share only.
+ * computes its share only (fx_matmul, fx_quantize_act below).
  *
  * Determinism contract (tests pin it, the decoder relies on it): within one table, row j of a
  * matmul over n_act activation rows is bit-identical to the same row computed with n_act = 1,
- * whatever n_act, j and the (ith, nth) split. Batching is scheduling, not a change of the maths.
+ * whatever n_act, j and the (ith, nth) split, and bit-identical to the table's vec_dot of that
+ * weight row and activation row. Batching is scheduling, not a change of the maths.
+ *
+ * Between tables, results agree within the per-format tolerances the tests state (summation
+ * order differs), with one exception: quantize_act is exact, every table produces the same bytes
+ * as the generic one, so that activations never depend on the table.
  */
 #ifndef FX_KERNELS_KERNELS_H
 #define FX_KERNELS_KERNELS_H
@@ -34,9 +40,7 @@ struct fx_mat {
 
 /* Converts n elements (a whole number of blocks) of a row to f32. */
 typedef void (*fx_to_float_fn)(const void *restrict src, float *restrict dst, int64_t n);
-/* Encodes n f32 elements (a whole number of blocks). For weight formats this is the reference
- * encoding that llama.cpp's quantizer uses; for activation formats it is the activation
- * quantizer. */
+/* Encodes n f32 elements (a whole number of blocks). */
 typedef void (*fx_from_float_fn)(const float *restrict src, void *restrict dst, int64_t n);
 /* *s = dot product of n elements of a weight row x and an activation row y (in the weight type's
  * vec_dot_type). */
@@ -44,28 +48,144 @@ typedef void (*fx_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict
                               const void *restrict y);
 /* One share of out = act * W^T: for weight rows r0 <= r < r1 and activation rows 0 <= j < n_act,
  * out[j * out_stride + r] = dot(W row r, act row j). Activation rows are in vec_dot_type,
- * act_stride bytes apart. */
+ * act_stride bytes apart. Must equal the table's vec_dot bit for bit (the contract above). */
 typedef void (*fx_matmul_fn)(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
                              uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride);
 
+/* out[i] = f(x[i]); out may be x. */
+typedef void (*fx_unary_fn)(float *out, const float *x, int64_t n);
+/* out[i] = f(g[i]) * u[i]; out may be g or u. */
+typedef void (*fx_glu_fn)(float *out, const float *g, const float *u, int64_t n);
+
+/* Per-type operations. A NULL entry means the type does not support it: vec_dot is set exactly
+ * for the weight formats (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, MXFP4),
+ * quantize_act exactly for the activation formats (F32, Q8_0, Q8_1, Q8_K). */
 struct fx_type_ops {
-    enum fx_type vec_dot_type; /* the activation format this weight type is dotted with */
+    /* The activation format this weight type is dotted with; the same in every table:
+     * Q4_0, Q5_0, Q8_0, MXFP4 -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q2_K..Q6_K -> Q8_K; F32, F16, BF16 ->
+     * F32 (activations stay f32, they are not rounded to the weight's precision). */
+    enum fx_type vec_dot_type;
     fx_to_float_fn to_float;
+    /* The reference encoding: byte for byte what llama.cpp's quantizer writes for this type
+     * without an importance matrix (llama-quantize --pure). For writing model files. */
     fx_from_float_fn from_float;
+    /* The activation quantizer, used at run time on activation rows. Its result is defined
+     * exactly, and every table must produce these bytes:
+     *   Q8_0, Q8_1: per 32: amax = max |x|, d = amax / 127, q = round-half-even(x * (127 /
+     *     amax)) (0 when amax = 0), d stored as fp16; Q8_1 adds s = fp16(d * sum(q)). This is
+     *     what ggml computes at run time on x86, which differs from the Q8_0 file encoding
+     *     (from_float: round half away from zero of x * (1 / d)).
+     *   Q8_K: per 256: the value m of largest magnitude, iscale = -127 / m, q = min(127,
+     *     round-half-even(iscale * x)), d = 1 / iscale as f32, bsums = sums of 16 q.
+     *   F32: a copy. */
+    fx_from_float_fn quantize_act;
     fx_vec_dot_fn vec_dot;
-    fx_matmul_fn matmul; /* NULL: the generic driver loops over vec_dot */
+    fx_matmul_fn matmul; /* NULL: fx_matmul loops over vec_dot */
+};
+
+/* Activation functions, as indices into act[] and glu[]. */
+enum fx_act {
+    FX_ACT_SILU,     /* x / (1 + exp(-x)) */
+    FX_ACT_GELU,     /* tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) */
+    FX_ACT_GELU_F16, /* ggml's CPU GELU: x rounded to fp16, GELU of that rounded to fp16;
+                      * x <= -10 gives 0, x >= 10 gives x (see the fixtures README) */
+    FX_ACT_COUNT
+};
+
+enum fx_rope_mode {
+    FX_ROPE_NORMAL, /* rotates adjacent pairs (x[2i], x[2i+1]) (llama) */
+    FX_ROPE_NEOX,   /* rotates (x[i], x[i + n_dims/2]) (qwen, gemma, gpt-oss) */
 };
 
 struct fx_kernels {
     const char *name; /* "generic", "avx2", "avx512" */
     struct fx_type_ops types[FX_TYPE_COUNT];
-    /* Element-wise and row operations (norms, softmax, rope, activations, ...) are added here by
-     * the kernels work; see generic.c for their reference definitions. */
+
+    /* Row operations. Rows are contiguous f32; n is the element count (any n >= 1). */
+
+    /* out = x / sqrt(mean(x^2) + eps) * w, w NULL for none; out may be x. */
+    void (*rms_norm)(float *out, const float *x, const float *w, int64_t n, float eps);
+    /* x = cap * tanh(x / cap), in place (attention and final-logit softcaps). */
+    void (*softcap)(float *x, int64_t n, float cap);
+    /* x = softmax(x), in place. -INFINITY entries (masked) give exactly 0. `sink` is an extra
+     * logit that joins the denominator only (gpt-oss attention sinks); -INFINITY for none. A row
+     * with nothing but -INFINITY gives all zeros. */
+    void (*softmax)(float *x, int64_t n, float sink);
+    /* Rotates the first n_dims elements of each of n_heads heads (head_stride floats apart) in
+     * place by the angles of one position: cs is [n_dims/2][2] (cos, sin), from fx_rope_cache.
+     * Elements n_dims.. of a head are left as they are. */
+    void (*rope)(float *x, int64_t n_heads, int64_t head_stride, int32_t n_dims,
+                 enum fx_rope_mode mode, const float *cs);
+    fx_unary_fn act[FX_ACT_COUNT];
+    fx_glu_fn glu[FX_ACT_COUNT]; /* gated products: act(g) * u */
+    /* gpt-oss: out = min(g, limit) * sigmoid(alpha * min(g, limit)) * (clamp(u, -limit, limit) +
+     * 1); alpha 1.702 and limit 7 in the released models. out may be g or u. */
+    void (*swiglu_oai)(float *out, const float *g, const float *u, int64_t n, float alpha,
+                       float limit);
+    void (*add)(float *out, const float *a, const float *b, int64_t n); /* out may be a or b */
+    void (*scale)(float *out, const float *x, float s, int64_t n);      /* out may be x */
+    void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
+    /* Index of the largest element, ties to the lowest index; NaN never wins. */
+    int64_t (*argmax)(const float *x, int64_t n);
 };
 
-/* The table chosen for this process (thread-safe, decided once). */
+/* The table chosen for this process (thread-safe, decided once): FERROX_CPU when set and
+ * supported, else the best table this CPU runs. An unknown or unsupported FERROX_CPU is reported
+ * once on stderr and the best table is used instead. */
 const struct fx_kernels *fx_kernels(void);
 /* A table by name, or NULL when unknown or unsupported by this CPU. */
 const struct fx_kernels *fx_kernels_named(const char *name);
+
+/* ---- drivers: a worker's share of a whole operation ---------------------------------------- */
+
+/* Worker shares of a matmul start at multiples of this many weight rows, so a kernel working on
+ * interleaved groups of up to 16 rows gets whole groups (the last share may end early). */
+#define FX_MATMUL_ROW_UNIT 16
+
+/* [*begin, *end): worker ith's part (0 <= ith < nth) of n items split in whole units of `unit`
+ * items; shares are contiguous, in order, and cover 0..n exactly (some may be empty). */
+void fx_kernels_share(int64_t n, int64_t unit, int ith, int nth, int64_t *begin, int64_t *end);
+
+/* Worker ith's share of out = act * W^T (see fx_matmul_fn): its range of weight rows against
+ * all n_act activation rows, each weight row read once for all of them. act holds n_act rows in
+ * the vec_dot_type of w->type (f32 rows for F32/F16/BF16 weights), act_stride bytes apart;
+ * out[j * out_stride + r]. */
+void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *act,
+               uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride, int ith,
+               int nth);
+
+/* Worker ith's share of quantizing n_rows rows of n f32 (src_stride floats apart) into `type`
+ * (an activation format, n a whole number of its blocks), rows dst_stride bytes apart. The rows'
+ * blocks are split across workers, so one long row is shared too. The matmul that reads dst must
+ * wait until every worker has finished its share. */
+void fx_quantize_act(const struct fx_kernels *k, enum fx_type type, const float *src,
+                     int64_t src_stride, int64_t n_rows, int64_t n, void *dst, uint64_t dst_stride,
+                     int ith, int nth);
+
+/* ---- rope angles --------------------------------------------------------------------------- */
+
+/* RoPE as llama.cpp computes it. Pair i (0 <= i < n_dims/2) of position p turns by
+ *   theta_i = p * freq_base^(-2i/n_dims) / freq_factors[i]
+ * then, scaled: theta = freq_scale * theta_i, or with YaRN (ext_factor != 0) a mix of that and
+ * the unscaled theta_i, ramped between the correction dims from (n_dims, n_ctx_orig, freq_base,
+ * beta_fast, beta_slow) and weighted by ext_factor, with cos and sin multiplied by
+ * attn_factor * (1 + 0.1 ln(1 / freq_scale)). Linear scaling is freq_scale = 1/factor with
+ * ext_factor 0; llama3 scaling is freq_factors (the rope_freqs tensor). */
+struct fx_rope_params {
+    int32_t n_dims;            /* rotated dimensions, even */
+    float freq_base;           /* default 10000 */
+    float freq_scale;          /* 1 / scaling factor; 1 for none */
+    float ext_factor;          /* YaRN mix; 0 disables YaRN */
+    float attn_factor;         /* magnitude scale; 1 for none */
+    float beta_fast;           /* YaRN correction bounds (32 and 1 in most configs) */
+    float beta_slow;           /* */
+    int32_t n_ctx_orig;        /* the context length the model was trained for (YaRN only) */
+    const float *freq_factors; /* [n_dims/2] divisors of each pair's angle, or NULL */
+};
+
+/* The (cos, sin) of every pair at position pos: cs is [n_dims/2][2]. Computed like ggml (f32,
+ * the angle advanced by repeated multiplication), so angles match llama.cpp's bit for bit where
+ * libm agrees. */
+void fx_rope_cache(const struct fx_rope_params *p, float pos, float *cs);
 
 #endif

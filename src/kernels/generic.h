@@ -1,0 +1,125 @@
+/* The plain C reference kernels (generic*.c), shared with the table builders: generic.c fills
+ * the generic table from these, and the per-ISA files may call them for what they leave to C.
+ * The functions have the shapes of the typedefs in kernels.h. */
+#ifndef FX_KERNELS_GENERIC_H
+#define FX_KERNELS_GENERIC_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "kernels/types.h"
+
+/* The complete generic table. */
+extern const struct fx_kernels fx_kernels_generic;
+
+/* Rounds to the nearest integer, ties to even, for |x| < 2^22: adding 1.5 * 2^23 leaves a float
+ * whose unit is 1, so the addition itself rounds, and the integer sits in the low mantissa bits.
+ * Outside that range the result is meaningless but defined (no undefined conversion), which is
+ * what the quantizers' clamps expect. ggml's quantizers round the same way. */
+static inline int fx_round_even(float x) {
+    float t = x + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &t, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* ---- generic_quant.c: plain and 32-wide formats -------------------------------------------- */
+
+void fx_f32_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_f32_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_f16_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_f16_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_bf16_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_bf16_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q4_0_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q4_0_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q4_1_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q4_1_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q5_0_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q5_0_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q5_1_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q5_1_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q8_0_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q8_0_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q8_0_quantize_act(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q8_1_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q8_1_quantize_act(const float *restrict src, void *restrict dst, int64_t n);
+void fx_mxfp4_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_mxfp4_from_float(const float *restrict src, void *restrict dst, int64_t n);
+
+/* MXFP4's E2M1 code points, doubled so that they are integers: code c stands for
+ * fx_mxfp4_values[c] * 2^(e-128) (fx_e8m0_to_f32_half). */
+extern const int8_t fx_mxfp4_values[16];
+
+/* ---- generic_quant_k.c: the 256-wide K formats --------------------------------------------- */
+
+void fx_q2_K_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q2_K_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q3_K_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q3_K_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q4_K_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q4_K_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q5_K_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q5_K_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q6_K_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q6_K_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_q8_K_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_q8_K_quantize_act(const float *restrict src, void *restrict dst, int64_t n);
+
+/* The 6-bit scale j (0..7) and min of a Q4_K / Q5_K block's packed 12 bytes. */
+static inline void fx_k_scale_min(const uint8_t *q, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* The 16 6-bit scales of a Q3_K block (biased by 32) from its packed 12 bytes. */
+static inline int fx_q3_K_scale(const uint8_t *q, int j) {
+    int lo = j < 8 ? q[j] & 0x0f : q[j - 8] >> 4;
+    int hi = (q[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* ---- generic_dot.c: dot products ----------------------------------------------------------- */
+
+void fx_f32_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_f16_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_bf16_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q4_0_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q4_1_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q5_0_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q5_1_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q8_0_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_mxfp4_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q2_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q3_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q4_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q5_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_q6_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+
+/* ---- generic_rows.c: row operations -------------------------------------------------------- */
+
+void fx_rms_norm_generic(float *out, const float *x, const float *w, int64_t n, float eps);
+void fx_softcap_generic(float *x, int64_t n, float cap);
+void fx_softmax_generic(float *x, int64_t n, float sink);
+void fx_rope_generic(float *x, int64_t n_heads, int64_t head_stride, int32_t n_dims,
+                     enum fx_rope_mode mode, const float *cs);
+void fx_silu_generic(float *out, const float *x, int64_t n);
+void fx_gelu_generic(float *out, const float *x, int64_t n);
+void fx_gelu_f16_generic(float *out, const float *x, int64_t n);
+void fx_swiglu_generic(float *out, const float *g, const float *u, int64_t n);
+void fx_geglu_generic(float *out, const float *g, const float *u, int64_t n);
+void fx_geglu_f16_generic(float *out, const float *g, const float *u, int64_t n);
+void fx_swiglu_oai_generic(float *out, const float *g, const float *u, int64_t n, float alpha,
+                           float limit);
+void fx_add_generic(float *out, const float *a, const float *b, int64_t n);
+void fx_scale_generic(float *out, const float *x, float s, int64_t n);
+void fx_axpy_generic(float *y, const float *x, float a, int64_t n);
+int64_t fx_argmax_generic(const float *x, int64_t n);
+
+#endif
