@@ -82,6 +82,12 @@ FX_TEST(tok_pretok_case_splitting_families) {
     expect_words("tekken", "HelloWorld I'M ok123", "Hello|World| I|'M| ok|1|2|3");
 }
 
+FX_TEST(tok_pretok_empty_matches_cut) {
+    /* SuperBPE cuts digit runs with an empty lookahead match: threes from the right. */
+    expect_words("superbpe", "ab 1234567 c", "ab |1|234|567| c");
+    expect_words("superbpe", "123456", "123|456");
+}
+
 FX_TEST(tok_pretok_keeps_every_byte) {
     /* Bytes that are not UTF-8 are never matched but never lost either. */
     expect_words("llama-bpe", "ab\xFF\xFE cd", "ab|\xFF\xFE| cd");

@@ -80,6 +80,7 @@ static const char *const names_deepseek_coder[] = {"deepseek-coder", NULL};
 static const char *const names_deepseek_v3[] = {"deepseek-v3", NULL};
 static const char *const names_gpt4o[] = {"gpt-4o", "llama4", NULL};
 static const char *const names_tekken[] = {"tekken", NULL};
+static const char *const names_superbpe[] = {"superbpe", NULL};
 
 static const struct family families[] = {
     /* "default" (and a missing key): punctuation runs first, digits in threes last. */
@@ -111,6 +112,9 @@ static const struct family families[] = {
                                              "?|\\p{N}{1,3}" CASED_TAIL},
      {false, false}},
     {names_tekken, {UPPER_THEN_LOWER "|" UPPER_RUN "|\\p{N}" CASED_TAIL}, {true, true}},
+    /* SuperBPE: no word split at all (its tokens span spaces), digit runs cut into threes from
+     * the right by an empty lookahead match. */
+    {names_superbpe, {"\\p{N}+", "(?=(?:\\d{3})+(?!\\d))"}, {false, false}},
 };
 
 struct fx_pretok {
@@ -198,9 +202,16 @@ static fx_status split(struct split_ctx *c, size_t stage, const char *text, size
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
         size_t start = ov[0], end = ov[1];
-        if (end == start) { /* an empty match splits nothing: search again one character on */
-            size_t step = fx_utf8_lead_len((uint8_t)text[start]);
-            at = start + (step < len - start ? step : len - start);
+        if (end == start) {
+            /* An empty match is a cut (SuperBPE's lookahead cuts digit runs into threes from the
+             * right): hand on the text before it, and search again one character further. */
+            if (start >= len)
+                break;
+            if ((st = split(c, stage + 1, text + pos, start - pos)) != FX_OK)
+                return st;
+            uint32_t cp;
+            pos = start;
+            at = start + fx_utf8_decode((const uint8_t *)text + start, len - start, &cp);
             continue;
         }
         if ((st = split(c, stage + 1, text + pos, start - pos)) != FX_OK)

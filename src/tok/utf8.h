@@ -6,14 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Length of the sequence a lead byte announces, from its high four bits, as llama.cpp's
- * tokenizers count it: continuation and invalid bytes count as 1. The SentencePiece and BPE
- * tokenizers group their initial symbols by this length (clipped to the bytes left). */
-static inline size_t fx_utf8_lead_len(uint8_t b) {
-    static const uint8_t len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return len[b >> 4];
-}
-
 /* Decodes one code point at s[0..n) (n >= 1). Returns the number of bytes consumed; *cp receives
  * the code point, or 0xFFFD for an invalid, overlong, surrogate or truncated sequence, in which
  * case exactly one byte is consumed. */
