@@ -615,8 +615,10 @@ const char *fx_vocab_token_text(const struct fx_vocab *v, fx_token id, size_t *l
 /* The id whose stored text is exactly text[0..len), or FX_TOKEN_NULL. */
 fx_token fx_vocab_find_token(const struct fx_vocab *v, const char *text, size_t len);
 
-/* Tokenizes text[0..len) (any bytes; invalid UTF-8 is tokenized byte by byte where the model
- * can). add_special adds BOS / EOS (WordPiece: [CLS] / [SEP]) as the vocabulary says.
+/* Tokenizes text[0..len). Any bytes are accepted: invalid UTF-8 becomes byte tokens (a byte
+ * that a byte-level vocabulary has no token for, such as 0xFF in most of them, is dropped, as
+ * llama.cpp drops it; WordPiece drops what is not text). add_special adds BOS / EOS (WordPiece:
+ * [CLS] / [SEP]) as the vocabulary says.
  * parse_special makes control tokens written in the text (<|im_start|>, <s>) single tokens;
  * user-defined tokens are always recognised, like llama.cpp. Writes at most cap ids; *n_ids
  * receives the number of tokens, and when it exceeds cap the call fails with FX_ERR_CAPACITY
