@@ -56,7 +56,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 /* Decoding ids[0..n) in one go and through the stream must give the same bytes. */
 static void check_decoders(const struct fx_vocab *v, const fx_token *ids, size_t n,
                            unsigned flags) {
-    size_t cap = 64 + n * 64, len = 0, streamed = 0;
+    size_t cap = 16 + n * ((size_t)v->max_piece_len + 1), len = 0, streamed = 0;
     char *whole = malloc(cap), *out = malloc(cap);
     CHECK(whole && out);
     struct fx_error err = {0};
