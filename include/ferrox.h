@@ -328,8 +328,18 @@ fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gg
 
 struct fx_model;
 
+/* Progress of a long operation: fraction in [0, 1], non-decreasing, the last call with 1.
+ * Returning false cancels the operation (it fails with FX_ERR_CANCELLED). */
+typedef bool (*fx_progress_fn)(float fraction, void *user);
+
+/* Start from fx_model_default_params(). */
 struct fx_model_params {
-    int reserved; /* no options yet; use fx_model_default_params() */
+    /* NULL (the default): the weights are read from the mapped file when first used. Otherwise
+     * fx_model_load reads every page of tensor data once before returning (so that the first
+     * forward pass does not stall on page faults) and reports the fraction read, from the
+     * loading thread; a terminal can show a progress bar for a large file. */
+    fx_progress_fn progress;
+    void *progress_user;
 };
 
 struct fx_model_params fx_model_default_params(void);
@@ -749,11 +759,11 @@ enum fx_detok_flags {
 /* Decodes ids[0..n) into buf, NUL-terminated: the concatenation of their pieces, less the
  * SentencePiece prefix space (see FX_DETOK_CONTINUE). Nothing else is rewritten (llama.cpp's
  * clean_spaces, which turns " ," into "," for some vocabularies, is not applied), so that the
- * text equals what a stream of pieces shows and byte-level BPE round-trips exactly. Bytes that are not valid UTF-8 (an
- * incomplete character at the end, odd byte tokens) are written as they are. *len receives the
- * text length without the NUL; when len + 1 > cap the call fails with FX_ERR_CAPACITY (buf
- * holds nothing usable) so that the caller can retry. An id outside the vocabulary is
- * FX_ERR_INVALID_ARG. */
+ * text equals what a stream of pieces shows and byte-level BPE round-trips exactly. Bytes that are
+ * not valid UTF-8 (an incomplete character at the end, odd byte tokens) are written as they are.
+ * *len receives the text length without the NUL; when len + 1 > cap the call fails with
+ * FX_ERR_CAPACITY (buf holds nothing usable) so that the caller can retry. An id outside the
+ * vocabulary is FX_ERR_INVALID_ARG. */
 fx_status fx_detokenize(const struct fx_vocab *v, const fx_token *ids, size_t n, unsigned flags,
                         char *buf, size_t cap, size_t *len, struct fx_error *err);
 

@@ -18,6 +18,9 @@ static const struct command commands[] = {
     {"eval", fx_cli_eval, "evaluate token ids: all-position logits, greedy continuation"},
     {"bench", fx_cli_bench, "llama-bench-style prefill (pp) and decode (tg) speed table"},
     {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
+    {"run", fx_cli_run, "generate text from a prompt, streamed as it comes"},
+    {"chat", fx_cli_chat, "interactive chat with a model's chat template"},
+    {"perplexity", fx_cli_perplexity, "perplexity of a text, as llama.cpp's perplexity tool"},
     {NULL, NULL, NULL},
 };
 
