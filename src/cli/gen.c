@@ -298,7 +298,7 @@ fx_status fx_cli_gen_create(struct fx_context *ctx, const struct fx_vocab *v,
     size_t n_eog = 0;
     struct fx_logit_bias *bias = NULL;
     size_t n_bias = o->n_bias;
-    fx_status st = FX_ERR_NOMEM;
+    fx_status st;
     struct fx_cli_gen *g = calloc(1, sizeof *g);
     if (!g)
         goto fail;
@@ -329,7 +329,6 @@ fx_status fx_cli_gen_create(struct fx_context *ctx, const struct fx_vocab *v,
     };
     if ((st = fx_stopper_create(&stp, &g->stopper, err)))
         goto done;
-    st = FX_ERR_NOMEM;
     g->text_cap = 256;
     g->logits = malloc((size_t)n_vocab * sizeof *g->logits);
     g->ids = malloc(((size_t)n_ctx + 1) * sizeof *g->ids);

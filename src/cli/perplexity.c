@@ -182,6 +182,12 @@ int fx_cli_perplexity(int argc, char **argv) {
         fprintf(stderr, "ferrox perplexity: tokenizing %s: %s\n", o.file, err.msg);
         goto done;
     }
+    for (size_t i = 0; i < n_tokens; i++)
+        if (tokens[i] >= fx_model_n_vocab(m)) {
+            fprintf(stderr, "ferrox perplexity: %s: token %d is outside the model's %d outputs\n",
+                    o.model, tokens[i], fx_model_n_vocab(m));
+            goto done;
+        }
     if (n_tokens < 2 * (size_t)o.n_ctx) {
         fprintf(stderr,
                 "ferrox perplexity: %s is %zu tokens; a context of %d needs at least %d "
