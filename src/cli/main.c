@@ -17,6 +17,7 @@ static const struct command commands[] = {
     {"synth", fx_cli_synth, "write a random-weight GGUF model of a real model's shape"},
     {"eval", fx_cli_eval, "evaluate token ids: all-position logits, greedy continuation"},
     {"bench", fx_cli_bench, "llama-bench-style prefill (pp) and decode (tg) speed table"},
+    {"quantize", fx_cli_quantize, "convert weights to Q8_0, Q4_K_M, ... like llama-quantize"},
     {NULL, NULL, NULL},
 };
 
