@@ -48,7 +48,7 @@ static void usage(FILE *out) {
             "                    [-t N,N...] [-r REPS] [-o md|csv|json]\n\n"
             "  -m FILE             a GGUF model (repeatable)\n"
             "  --synth SHAPE:TYPE  a model made by 'ferrox synth' for this run, e.g.\n"
-            "                      smollm2-135m:f16 (repeatable)\n"
+            "                      smollm2-135m:Q4_K_M (repeatable)\n"
             "  -p LIST             prompt lengths for pp tests (default 512; 0 for none)\n"
             "  -n LIST             generation lengths for tg tests (default 128; 0 for none)\n"
             "  -t LIST             thread counts (default: the number of CPUs)\n"
@@ -218,9 +218,9 @@ static struct fx_model *load_model(const char *spec) {
     }
     char shape[64];
     const char *colon = strchr(spec + 6, ':');
-    enum fx_type type;
+    uint32_t ftype;
     if (!colon || (size_t)(colon - spec - 6) >= sizeof shape ||
-        !fx_type_from_name(colon + 1, &type)) {
+        !fx_file_type_from_name(colon + 1, &ftype)) {
         fprintf(stderr, "ferrox bench: --synth wants SHAPE:TYPE, got '%s'\n", spec + 6);
         return NULL;
     }
@@ -230,12 +230,12 @@ static struct fx_model *load_model(const char *spec) {
     snprintf(path, sizeof path, "%s/ferrox-bench-%ld.gguf", tmp && *tmp ? tmp : "/tmp",
              (long)getpid());
     struct fx_synth_model *plan;
-    if (fx_synth_plan(shape, type, 1, &plan, &err) != FX_OK) {
+    if (fx_synth_plan(shape, ftype, false, 1, &plan, &err) != FX_OK) {
         fprintf(stderr, "ferrox bench: %s\n", err.msg);
         return NULL;
     }
-    fprintf(stderr, "ferrox bench: synthesising %s %s ...\n", shape, fx_type_name(type));
-    fx_status st = fx_synth_write(plan, path, &err);
+    fprintf(stderr, "ferrox bench: synthesising %s %s ...\n", shape, fx_file_type_name(ftype));
+    fx_status st = fx_synth_write(plan, path, NULL, &err);
     fx_synth_model_free(plan);
     if (st == FX_OK)
         st = fx_model_load(path, NULL, &m, &err);

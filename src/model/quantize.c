@@ -164,8 +164,11 @@ fx_status fx_model_quantize(const char *in_path, const char *out_path,
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "n_threads %d < 0", p.n_threads);
     struct fx_gguf *g;
     fx_status st = fx_gguf_open(in_path, &g, err);
-    if (st != FX_OK)
+    if (st != FX_OK) {
+        if (err && !strstr(err->msg, in_path)) /* parse errors do not name the file */
+            fx_error_prefix(err, "%s", in_path);
         return st;
+    }
     int64_t n = fx_gguf_n_tensors(g), max_row = 1;
     struct job j = {.p = &p};
     j.tensors = calloc((size_t)(n > 0 ? n : 1), sizeof *j.tensors);
