@@ -749,11 +749,11 @@ enum fx_detok_flags {
 /* Decodes ids[0..n) into buf, NUL-terminated: the concatenation of their pieces, less the
  * SentencePiece prefix space (see FX_DETOK_CONTINUE). Nothing else is rewritten (llama.cpp's
  * clean_spaces, which turns " ," into "," for some vocabularies, is not applied), so that the
- * text equals what a stream of pieces shows and byte-level BPE round-trips exactly. Bytes that are not valid UTF-8 (an
- * incomplete character at the end, odd byte tokens) are written as they are. *len receives the
- * text length without the NUL; when len + 1 > cap the call fails with FX_ERR_CAPACITY (buf
- * holds nothing usable) so that the caller can retry. An id outside the vocabulary is
- * FX_ERR_INVALID_ARG. */
+ * text equals what a stream of pieces shows and byte-level BPE round-trips exactly. Bytes that are
+ * not valid UTF-8 (an incomplete character at the end, odd byte tokens) are written as they are.
+ * *len receives the text length without the NUL; when len + 1 > cap the call fails with
+ * FX_ERR_CAPACITY (buf holds nothing usable) so that the caller can retry. An id outside the
+ * vocabulary is FX_ERR_INVALID_ARG. */
 fx_status fx_detokenize(const struct fx_vocab *v, const fx_token *ids, size_t n, unsigned flags,
                         char *buf, size_t cap, size_t *len, struct fx_error *err);
 
