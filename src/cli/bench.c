@@ -72,19 +72,35 @@ static double stddev(const double *x, int n) {
     return sqrt(s / (n - 1));
 }
 
+/* The type most of a file's weight bytes are in, for files without general.file_type. */
+static const char *dominant_type(const struct fx_gguf *g) {
+    uint64_t bytes[FX_TYPE_COUNT] = {0};
+    enum fx_type best = FX_TYPE_F32;
+    for (int64_t i = 0; i < fx_gguf_n_tensors(g); i++) {
+        const struct fx_tensor_view *t = fx_gguf_tensor_at(g, i);
+        bytes[t->type] += t->n_bytes;
+        if (bytes[t->type] > bytes[best])
+            best = t->type;
+    }
+    return fx_type_name(best);
+}
+
 /* "llama 135M Q8_0": architecture, parameter count and the file's weight type. */
 static void describe(const struct fx_model *m, char *buf, size_t size) {
-    uint64_t n = fx_model_n_params(m);
+    double n = (double)fx_model_n_params(m);
     char count[32];
-    if (n >= 1000000000ull)
-        snprintf(count, sizeof count, "%.1fB", (double)n / 1e9);
+    if (n >= 1e9)
+        snprintf(count, sizeof count, "%.1fB", n / 1e9);
+    else if (n >= 1e7)
+        snprintf(count, sizeof count, "%.0fM", n / 1e6);
     else
-        snprintf(count, sizeof count, "%.0fM", (double)n / 1e6);
+        snprintf(count, sizeof count, "%.2fM", n / 1e6);
     uint32_t ftype = UINT32_MAX;
     const char *type = NULL;
     if (fx_gguf_get_u32(fx_model_gguf(m), "general.file_type", &ftype, NULL) == FX_OK)
         type = fx_file_type_name(ftype);
-    snprintf(buf, size, "%s %s %s", fx_model_arch(m), count, type ? type : "?");
+    snprintf(buf, size, "%s %s %s", fx_model_arch(m), count,
+             type ? type : dominant_type(fx_model_gguf(m)));
 }
 
 /* Random token ids in [0, n_vocab), the same sequence for every test. */

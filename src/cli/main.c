@@ -18,6 +18,7 @@ static const struct command commands[] = {
     {"eval", fx_cli_eval, "evaluate token ids: all-position logits, greedy continuation"},
     {"bench", fx_cli_bench, "llama-bench-style prefill (pp) and decode (tg) speed table"},
     {"quantize", fx_cli_quantize, "convert weights to Q8_0, Q4_K_M, ... like llama-quantize"},
+    {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
     {NULL, NULL, NULL},
 };
 

@@ -152,14 +152,13 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     const struct fx_layer *l = &ctx->model->layers[il];
     const struct fx_scratch *s = &ctx->s;
     int64_t dim = hp->n_embd, n = c->n;
-
-    fx_dec_norm_rows_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim);
-    fx_par_barrier(w);
-    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
+    int64_t att_dim = (int64_t)hp->n_head * hp->head_dim_v;
 
     const struct fx_mat *qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *qkv_out[3] = {s->q, s->k, s->v};
-    fx_dec_project_on_worker(w, ctx, s->xn, n, dim, 3, qkv, qkv_out);
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 3, qkv);
+    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 3, qkv, qkv_out);
 
     prepare_qkv_on_worker(w, c, il);
     fx_par_barrier(w);
@@ -169,15 +168,17 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
 
     attend_on_worker(w, c, il);
     fx_par_barrier(w);
-    int64_t att_dim = (int64_t)hp->n_head * hp->head_dim_v;
     fx_dec_dump(w, c, "attn_out", il, s->att, n, att_dim);
 
+    /* Heads of one row were written by several workers: quantize after the barrier. */
     const struct fx_mat *wo[1] = {&l->wo};
     float *wo_out[1] = {s->h};
-    fx_dec_project_on_worker(w, ctx, s->att, n, att_dim, 1, wo, wo_out);
-
     int64_t b, e;
-    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
+    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_quantize_rows(ctx, s->att, b, e, att_dim, 1, wo);
+    fx_par_barrier(w);
+    fx_dec_matmuls_on_worker(w, ctx, s->att, n, att_dim, 1, wo, wo_out);
+
     for (int64_t i = b; i < e; i++) {
         float *h = s->h + i * dim;
         if (l->bo)
@@ -186,6 +187,5 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
             ctx->k->rms_norm(h, h, l->post_attn_norm, dim, hp->rms_eps);
         ctx->k->add(s->x + i * dim, s->x + i * dim, h, dim);
     }
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "ffn_inp", il, s->x, n, dim);
 }
