@@ -50,6 +50,10 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     }
 }
 
+/* Keys scored together for every row and head of a block: 64 keys of head_dim 64..128 floats
+ * (16-32 KiB) stay in L1 while they are reused. */
+#define ATT_KEY_TILE 64
+
 /* A block of query rows and the key positions each row sees. The rows of a block share one
  * sequence's cache (with the contiguous kind, every row of a step does). */
 struct att_block {
@@ -84,24 +88,25 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
-    fx_vec_dot_fn dot = k->types[FX_TYPE_F32].vec_dot;
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
     int64_t q_dim = hp->n_head * hd, att_dim = hp->n_head * hd_v;
     int group = hp->n_head / hp->n_head_kv;
     int64_t line = ctx->n_ctx;
 
-    for (int32_t j = b->lo_min; j <= b->pos_max; j++) {
-        const float *key = fx_kv_step_k(&c->kv, il, b->i0, j) + g * hd;
+    /* Scores, a tile of keys at a time so that the tile stays in L1 while every row and head
+     * of the block reads it. */
+    int64_t k_stride = fx_kv_step_k_stride(&c->kv, b->i0);
+    for (int32_t t0 = b->lo_min; t0 <= b->pos_max; t0 += ATT_KEY_TILE) {
+        int32_t t1 = t0 + ATT_KEY_TILE - 1 < b->pos_max ? t0 + ATT_KEY_TILE - 1 : b->pos_max;
         for (int64_t r = 0; r < b->n; r++) {
-            if (j < b->lo[r] || j > b->pos[r])
+            int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
+            if (j0 > j1)
                 continue;
+            const float *keys = fx_kv_step_k(&c->kv, il, b->i0, j0) + g * hd;
             const float *q = ctx->s.q + (b->i0 + r) * q_dim + (int64_t)g * group * hd;
-            float *sc = scores + r * group * line + (j - b->lo[r]);
-            for (int hh = 0; hh < group; hh++) {
-                float s;
-                dot(hd, &s, key, q + hh * hd);
-                sc[hh * line] = s * hp->attn_scale;
-            }
+            for (int hh = 0; hh < group; hh++)
+                k->attn_scores(scores + (r * group + hh) * line + (j0 - b->lo[r]), q + hh * hd,
+                               keys, k_stride, j1 - j0 + 1, hd, hp->attn_scale);
         }
     }
     for (int64_t r = 0; r < b->n; r++) {
