@@ -49,3 +49,45 @@ FX_TEST(kernels_attn_scores_match_float64_and_any_range) {
     }
     free(keys);
 }
+
+FX_TEST(kernels_attn_values_match_float64_and_split_ranges) {
+    struct fx_test_rng rng = {11};
+    static const int dims[] = {64, 128, 80, 300, 8, 17};
+    enum { N = 37, STRIDE = 301 };
+    float *values = malloc(sizeof(float) * N * STRIDE);
+    float p[N], whole[300], split[300], init[300];
+    assert_non_null(values);
+    for (int i = 0; i < N * STRIDE; i++)
+        values[i] = (float)fx_test_rng_normal(&rng);
+    for (int j = 0; j < N; j++)
+        p[j] = (float)fx_test_rng_f64(&rng);
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const struct fx_kernels *k = fx_kernels_named(tables[t]);
+        if (!k)
+            continue;
+        for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+            int dim = dims[d];
+            for (int i = 0; i < dim; i++)
+                init[i] = (float)fx_test_rng_normal(&rng);
+            memcpy(whole, init, sizeof(float) * (size_t)dim);
+            k->attn_values(whole, p, values, STRIDE, N, dim);
+            for (int i = 0; i < dim; i++) {
+                double ref = init[i], mag = fabs(init[i]);
+                for (int j = 0; j < N; j++) {
+                    ref += (double)p[j] * values[j * STRIDE + i];
+                    mag += fabs((double)p[j] * values[j * STRIDE + i]);
+                }
+                if (fabs(whole[i] - ref) > 1e-6 * mag)
+                    fail_msg("%s dim %d element %d: %g, float64 %g", k->name, dim, i, whole[i],
+                             ref);
+            }
+            for (int cut = 0; cut <= N; cut += 6) {
+                memcpy(split, init, sizeof(float) * (size_t)dim);
+                k->attn_values(split, p, values, STRIDE, cut, dim);
+                k->attn_values(split, p + cut, values + cut * STRIDE, STRIDE, N - cut, dim);
+                assert_memory_equal(split, whole, sizeof(float) * (size_t)dim);
+            }
+        }
+    }
+    free(values);
+}

@@ -120,15 +120,18 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
             memset(ctx->s.att + (b->i0 + r) * att_dim + h * hd_v, 0, (size_t)hd_v * sizeof(float));
         }
     }
-    for (int32_t j = b->lo_min; j <= b->pos_max; j++) {
-        const float *value = fx_kv_step_v(&c->kv, il, b->i0, j) + g * hd_v;
+    int64_t v_stride = fx_kv_step_v_stride(&c->kv, b->i0);
+    for (int32_t t0 = b->lo_min; t0 <= b->pos_max; t0 += ATT_KEY_TILE) {
+        int32_t t1 = t0 + ATT_KEY_TILE - 1 < b->pos_max ? t0 + ATT_KEY_TILE - 1 : b->pos_max;
         for (int64_t r = 0; r < b->n; r++) {
-            if (j < b->lo[r] || j > b->pos[r])
+            int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
+            if (j0 > j1)
                 continue;
+            const float *values = fx_kv_step_v(&c->kv, il, b->i0, j0) + g * hd_v;
             float *out = ctx->s.att + (b->i0 + r) * att_dim + (int64_t)g * group * hd_v;
-            const float *p = scores + r * group * line + (j - b->lo[r]);
             for (int hh = 0; hh < group; hh++)
-                k->axpy(out + hh * hd_v, value, p[hh * line], hd_v);
+                k->attn_values(out + hh * hd_v, scores + (r * group + hh) * line + (j0 - b->lo[r]),
+                               values, v_stride, j1 - j0 + 1, hd_v);
         }
     }
 }

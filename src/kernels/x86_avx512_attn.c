@@ -49,3 +49,27 @@ void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_
         _mm512_mask_storeu_ps(out + j0, (__mmask16)((1u << nj) - 1), scores);
     }
 }
+
+/* The head's output stays in registers (up to 256 floats, 16 zmm) while the values stream by;
+ * longer heads go through in 256-float slices, which does not change any element's sum. */
+void fx_attn_values_avx512(float *out, const float *p, const float *values, int64_t value_stride,
+                           int64_t n, int64_t dim) {
+    for (int64_t d0 = 0; d0 < dim; d0 += 256) {
+        int64_t n_chunks = (dim - d0 + 15) / 16 < 16 ? (dim - d0 + 15) / 16 : 16;
+        int64_t rest = dim - d0 - (n_chunks - 1) * 16;
+        __mmask16 last = (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1);
+        __m512 acc[16];
+        for (int64_t c = 0; c < n_chunks; c++)
+            acc[c] = _mm512_maskz_loadu_ps(c == n_chunks - 1 ? last : 0xffff, out + d0 + c * 16);
+        for (int64_t j = 0; j < n; j++) {
+            __m512 pj = _mm512_set1_ps(p[j]);
+            const float *v = values + j * value_stride + d0;
+            for (int64_t c = 0; c < n_chunks; c++)
+                acc[c] = _mm512_fmadd_ps(
+                    pj, _mm512_maskz_loadu_ps(c == n_chunks - 1 ? last : 0xffff, v + c * 16),
+                    acc[c]);
+        }
+        for (int64_t c = 0; c < n_chunks; c++)
+            _mm512_mask_storeu_ps(out + d0 + c * 16, c == n_chunks - 1 ? last : 0xffff, acc[c]);
+    }
+}
