@@ -552,6 +552,40 @@ void fx_stopper_reset(struct fx_stopper *st);
 const char *fx_kernels_name(void);
 
 /* ---------------------------------------------------------------------------------------------
+ * Quantization
+ *
+ * fx_model_quantize writes a copy of a GGUF model with its weights converted, as llama-quantize
+ * does: the same metadata (general.file_type and general.quantization_version = 2 set, split keys
+ * dropped), tensors in llama.cpp's order, 2-D and 3-D weights converted from F32, F16 or BF16
+ * with llama.cpp's reference encoders (byte-identical files for the same choices), norms, biases
+ * and MoE routers kept as they are. The file is written under a temporary name and renamed into
+ * place, so a failure leaves no partial output.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_quantize_params {
+    /* A llama.cpp file type name: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S,
+     * Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, MXFP4_MOE (any case; Q3_K, Q4_K and
+     * Q5_K are the _M mixes, as in llama-quantize). */
+    const char *type;
+    bool pure;         /* every converted tensor gets the type's base type (no mix), like
+                          llama-quantize --pure */
+    int32_t n_threads; /* workers; 0: one per CPU this process may use */
+    /* Called from the calling thread as work completes, with the elements written so far and
+     * the total; NULL for none. */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
+};
+
+struct fx_quantize_params fx_quantize_default_params(void); /* Q8_0, not pure, all CPUs */
+
+/* Converts the model at in_path into out_path. FX_ERR_INVALID_ARG for an unknown type name,
+ * FX_ERR_UNSUPPORTED for a weight that cannot be converted (an already quantized input weight,
+ * rows that fit no block size), FX_ERR_IO / FX_ERR_FORMAT for unreadable input or an unwritable
+ * output; the message names the file, tensor or key. */
+fx_status fx_model_quantize(const char *in_path, const char *out_path,
+                            const struct fx_quantize_params *params, struct fx_error *err);
+
+/* ---------------------------------------------------------------------------------------------
  * Chat templates
  *
  * A chat template turns a conversation into the prompt text a model was trained on. Models carry

@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/x86_avx512_attn.h"
+
 #include "kernels/generic.h"
 
 /* ---- F32 ----------------------------------------------------------------------------------- */
@@ -64,6 +66,8 @@ const struct fx_kernels fx_kernels_avx512_part = {
             [FX_TYPE_F32] = {.vec_dot = vec_dot_f32},
             [FX_TYPE_Q8_0] = {.vec_dot = vec_dot_q8_0},
         },
+    .attn_scores = fx_attn_scores_avx512,
+    .attn_values = fx_attn_values_avx512,
 };
 
 #endif
