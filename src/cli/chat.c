@@ -56,8 +56,10 @@ static void on_sigint(int sig) {
     interrupted = 1;
 }
 
-/* Lines from standard input, read with poll() so that Ctrl-C at the prompt returns at once (poll
- * is never restarted after a signal handler, whatever SA_RESTART says). */
+/* Lines from standard input. The wait for input is a ppoll() that unblocks SIGINT only while it
+ * waits, so that a Ctrl-C either finds the flag already set or interrupts the wait: none is lost
+ * between the check and the wait (and ppoll is never restarted after a handler, whatever
+ * SA_RESTART says). */
 struct line_reader {
     char *buf; /* [cap]: [start, len) not handed out yet */
     size_t start, len, cap;
@@ -92,15 +94,25 @@ static int read_line(struct line_reader *r, char **line) {
             r->buf = grown;
             r->cap = r->cap * 2 + 4096;
         }
+        sigset_t block, old;
+        sigemptyset(&block);
+        sigaddset(&block, SIGINT);
+        sigprocmask(SIG_BLOCK, &block, &old);
+        if (interrupted) {
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            return LINE_INTERRUPTED;
+        }
         struct pollfd p = {.fd = STDIN_FILENO, .events = POLLIN};
-        int ready = poll(&p, 1, -1);
+        int ready = ppoll(&p, 1, NULL, &old);
+        int e = errno;
+        sigprocmask(SIG_SETMASK, &old, NULL);
         ssize_t n = ready > 0 ? read(STDIN_FILENO, r->buf + r->len, r->cap - r->len - 1) : -1;
         if (n < 0) {
-            if (errno != EINTR)
+            if (ready > 0)
+                e = errno;
+            if (e != EINTR)
                 return LINE_ERROR;
-            if (interrupted)
-                return LINE_INTERRUPTED;
-            continue;
+            continue; /* the flag is checked before the next wait */
         }
         if (n == 0)
             r->eof = true;
@@ -306,11 +318,12 @@ static bool loop(struct chat *c) {
     struct line_reader in = {0};
     bool ok = true;
     for (;;) {
+        /* A Ctrl-C from here on is for the line about to be typed. */
+        interrupted = 0;
         if (tty) {
             fputs("> ", stdout);
             fflush(stdout);
         }
-        interrupted = 0;
         char *line;
         int r = read_line(&in, &line);
         if (r == LINE_INTERRUPTED) {

@@ -16,6 +16,8 @@
 #include "cli/cli.h"
 #include "cli/gen.h"
 #include "cli/util.h"
+#include "core/error.h"
+#include "model/ftype.h"
 #include "model/synth.h"
 
 enum { OPT_TRUNCATE = FX_CLI_OPT_OWN };
@@ -36,6 +38,7 @@ static void usage(FILE *out) {
 /* ---- the model made when none is given ------------------------------------------------------ */
 
 #define DEFAULT_SHAPE "tiny"
+#define DEFAULT_TYPE  "f16"
 #define DEFAULT_FILE  "random-tiny.F16.gguf"
 
 /* mkdir -p for a directory path of at most PATH_MAX bytes. */
@@ -72,12 +75,15 @@ static bool cache_dir(char *out, size_t cap) {
 static bool build_default_model(const char *path) {
     struct fx_synth_model *plan;
     struct fx_error err;
-    if (fx_synth_plan(DEFAULT_SHAPE, FX_TYPE_F16, 1, &plan, &err) != FX_OK) {
+    uint32_t ftype;
+    bool known = fx_file_type_from_name(DEFAULT_TYPE, &ftype);
+    FX_ASSERT(known);
+    if (fx_synth_plan(DEFAULT_SHAPE, ftype, false, 1, &plan, &err) != FX_OK) {
         fprintf(stderr, "ferrox run: %s\n", err.msg);
         return false;
     }
     fprintf(stderr, "ferrox run: building a small random-weight model into %s ...\n", path);
-    fx_status st = fx_synth_write(plan, path, &err);
+    fx_status st = fx_synth_write(plan, path, NULL, &err);
     fx_synth_model_free(plan);
     if (st != FX_OK)
         fprintf(stderr, "ferrox run: %s: %s\n", path, err.msg);
