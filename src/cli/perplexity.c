@@ -1,7 +1,8 @@
 /* ferrox perplexity -m MODEL -f TEXT [-c CTX] [-b BATCH] [-t N] [--chunks N]
  *
  * Perplexity as llama.cpp's perplexity tool computes it, so that the figures compare: the whole
- * text is tokenized once (BOS added as the vocabulary says) and cut into chunks of CTX tokens
+ * text, less one final newline (llama.cpp's -f drops it), is tokenized once (BOS added as the
+ * vocabulary says) and cut into chunks of CTX tokens
  * (the remainder is dropped); each chunk is evaluated from an empty cache with its first token
  * replaced by BOS when the vocabulary adds one, and only the second half of each window is
  * scored - the logits at positions CTX/2 .. CTX-2 predicting the tokens after them - so every
@@ -167,6 +168,8 @@ int fx_cli_perplexity(int argc, char **argv) {
         fprintf(stderr, "ferrox perplexity: cannot read %s: %s\n", o.file, strerror(errno));
         goto done;
     }
+    if (len > 0 && text[len - 1] == '\n') /* llama.cpp's -f drops one final newline */
+        text[--len] = '\0';
     if (!fx_cli_model_load("perplexity", o.model, &cm))
         goto done;
     const struct fx_model *m = cm.model;

@@ -29,7 +29,8 @@ static void usage(FILE *out) {
                  "into ~/.cache/ferrox) shows that everything works.\n\n"
                  "prompt:\n"
                  "  -p, --prompt TEXT         the prompt\n"
-                 "  -f, --file FILE           read the prompt from FILE ('-': standard input)\n"
+                 "  -f, --file FILE           read the prompt from FILE ('-': standard input; one\n"
+                 "                            final newline is dropped, as llama.cpp does)\n"
                  "  --truncate                keep the end of a prompt too long for the context\n"
                  "                            (room is left for -n tokens, at most half of it)\n");
     fx_cli_gen_usage(out);
@@ -210,6 +211,8 @@ int fx_cli_run(int argc, char **argv) {
         fprintf(stderr, "ferrox run: cannot read %s: %s\n", file, strerror(errno));
         goto done;
     }
+    if (file && text_len > 0 && text[text_len - 1] == '\n') /* as llama.cpp's -f */
+        text[--text_len] = '\0';
     char default_path[PATH_MAX];
     const char *path = o.model_path;
     if (path ? !fx_cli_model_load("run", path, &m)
