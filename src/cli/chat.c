@@ -262,7 +262,7 @@ static bool turn(struct chat *c) {
     memcpy(c->cache + keep, ids + keep, (size_t)(n_prompt - keep) * sizeof *ids);
     c->n_cache = n_prompt;
 
-    interrupted = 0;
+    /* A Ctrl-C since the line was read (during the prefill) ends the answer before it starts. */
     enum fx_cli_gen_end end;
     fx_status st = fx_cli_gen_run(c->gen, stdout, &interrupted, &end, &err);
     double t2 = fx_cli_now();
