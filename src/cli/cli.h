@@ -4,4 +4,6 @@
 #ifndef FX_CLI_H
 #define FX_CLI_H
 
+int fx_cli_bench_kernels(int argc, char **argv);
+
 #endif

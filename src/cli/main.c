@@ -13,6 +13,7 @@ struct command {
 
 /* One line per subcommand; the list ends with an empty entry. */
 static const struct command commands[] = {
+    {"bench-kernels", fx_cli_bench_kernels, "matvec and matmul speed per weight format and table"},
     {NULL, NULL, NULL},
 };
 
