@@ -12,24 +12,32 @@
 
 /* ---- packers ------------------------------------------------------------------------------- */
 
-static void put_u16(uint8_t *dst, const uint8_t *src) {
+/* The packers run once per weight at load, and on the fly (a run at a time) for weights that
+ * were not packed, so they are specialised per format (the type is a constant in each copy of
+ * the always-inline bodies) and move the 4-byte groups as words. */
+#define PACK_INLINE static inline __attribute__((always_inline))
+
+PACK_INLINE void put_u16(uint8_t *dst, const uint8_t *src) {
     memcpy(dst, src, 2);
 }
 
-/* The 4 bytes src[4g..4g+3] of row r go to lane r of a 64-byte group line. */
-static void put_lane(uint8_t *line, int r, const uint8_t *src) {
-    memcpy(line + 4 * r, src, 4);
+/* The 4 bytes at src go to lane r of a 64-byte group line, XORed with x. */
+PACK_INLINE void put_lane(uint8_t *line, int r, const uint8_t *src, uint32_t x) {
+    uint32_t v;
+    memcpy(&v, src, 4);
+    v ^= x;
+    memcpy(line + 4 * r, &v, 4);
 }
 
-/* Bits b..b+3 of each of 4 bytes' bit `bit` (byte e gives bit e), placed at 4r+e of a mask. */
-static uint64_t lane_bits(const uint8_t *bytes, int bit, int r) {
+/* Bit `bit` of each of the 4 bytes at `bytes`, placed at bits 4r..4r+3 of a mask. */
+PACK_INLINE uint64_t lane_bits(const uint8_t *bytes, int bit, int r) {
     uint64_t m = 0;
     for (int e = 0; e < 4; e++)
         m |= (uint64_t)((bytes[e] >> bit) & 1) << (4 * r + e);
     return m;
 }
 
-static void or_u64(uint8_t *dst, uint64_t v) {
+PACK_INLINE void or_u64(uint8_t *dst, uint64_t v) {
     uint64_t x;
     memcpy(&x, dst, 8);
     x |= v;
@@ -37,25 +45,23 @@ static void or_u64(uint8_t *dst, uint64_t v) {
 }
 
 /* One row r of a 32-wide block (src) into packed block dst. */
-static void pack_row_32(enum fx_type type, const uint8_t *src, int r, uint8_t *dst) {
+PACK_INLINE void pack_row_32(enum fx_type type, const uint8_t *src, int r, uint8_t *dst) {
     switch (type) {
-    case FX_TYPE_Q8_0: {
+    case FX_TYPE_Q8_0:
         put_u16(dst + 2 * r, src);
-        for (int g = 0; g < 8; g++)
-            for (int e = 0; e < 4; e++)
-                dst[32 + 64 * g + 4 * r + e] = (uint8_t)(src[2 + 4 * g + e] ^ 0x80);
+        for (int g = 0; g < 8; g++) /* codes + 128 */
+            put_lane(dst + 32 + 64 * g, r, src + 2 + 4 * g, 0x80808080u);
         return;
-    }
     case FX_TYPE_Q4_0:
         put_u16(dst + 2 * r, src);
         for (int i = 0; i < 4; i++)
-            put_lane(dst + 32 + 64 * i, r, src + 2 + 4 * i);
+            put_lane(dst + 32 + 64 * i, r, src + 2 + 4 * i, 0);
         return;
     case FX_TYPE_Q4_1:
         put_u16(dst + 2 * r, src);
         put_u16(dst + 32 + 2 * r, src + 2);
         for (int i = 0; i < 4; i++)
-            put_lane(dst + 64 + 64 * i, r, src + 4 + 4 * i);
+            put_lane(dst + 64 + 64 * i, r, src + 4 + 4 * i, 0);
         return;
     case FX_TYPE_Q5_0:
     case FX_TYPE_Q5_1: {
@@ -65,18 +71,18 @@ static void pack_row_32(enum fx_type type, const uint8_t *src, int r, uint8_t *d
         put_u16(dst + 2 * r, src);
         if (affine)
             put_u16(dst + 32 + 2 * r, src + 2);
-        for (int g = 0; g < 8; g++) /* elements 4g..4g+3: bits (4g % 8).. of qh byte g / 2 */
-            for (int e = 0; e < 4; e++)
-                if ((qh[(4 * g + e) / 8] >> ((4 * g + e) % 8)) & 1)
-                    or_u64(mask + 8 * g, (uint64_t)1 << (4 * r + e));
+        uint32_t bits;
+        memcpy(&bits, qh, 4); /* bit j: the fifth bit of element j */
+        for (int g = 0; g < 8; g++)
+            or_u64(mask + 8 * g, (uint64_t)((bits >> (4 * g)) & 15) << (4 * r));
         for (int i = 0; i < 4; i++)
-            put_lane(q + 64 * i, r, qs + 4 * i);
+            put_lane(q + 64 * i, r, qs + 4 * i, 0);
         return;
     }
     case FX_TYPE_MXFP4:
         dst[r] = src[0];
         for (int i = 0; i < 4; i++)
-            put_lane(dst + 16 + 64 * i, r, src + 1 + 4 * i);
+            put_lane(dst + 16 + 64 * i, r, src + 1 + 4 * i, 0);
         return;
     default:
         FX_ASSERT(!"not a 32-wide R16 format");
@@ -84,33 +90,30 @@ static void pack_row_32(enum fx_type type, const uint8_t *src, int r, uint8_t *d
 }
 
 /* The 2-bit formats' low bits: qs[2 n][8 g][16 r][4]. */
-static void pack_2bit(const uint8_t *qs, int r, uint8_t *dst) {
+PACK_INLINE void pack_2bit(const uint8_t *qs, int r, uint8_t *dst) {
     for (int n = 0; n < 2; n++)
         for (int g = 0; g < 8; g++)
-            put_lane(dst + 64 * (8 * n + g), r, qs + 32 * n + 4 * g);
+            put_lane(dst + 64 * (8 * n + g), r, qs + 32 * n + 4 * g, 0);
 }
 
 /* The 4-bit nibbles of Q4_K / Q5_K: qs[4 c][8 g][16 r][4]. */
-static void pack_nibbles_k(const uint8_t *qs, int r, uint8_t *dst) {
+PACK_INLINE void pack_nibbles_k(const uint8_t *qs, int r, uint8_t *dst) {
     for (int c = 0; c < 4; c++)
         for (int g = 0; g < 8; g++)
-            put_lane(dst + 64 * (8 * c + g), r, qs + 32 * c + 4 * g);
+            put_lane(dst + 64 * (8 * c + g), r, qs + 32 * c + 4 * g, 0);
 }
 
 /* One row r of a 256-wide block (src) into packed block dst. */
-static void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_t *dst) {
+PACK_INLINE void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_t *dst) {
     switch (type) {
-    case FX_TYPE_Q2_K: { /* scales[16], qs[64], d, dmin */
+    case FX_TYPE_Q2_K: /* scales[16], qs[64], d, dmin */
         put_u16(dst + 2 * r, src + 80);
         put_u16(dst + 32 + 2 * r, src + 82);
-        for (int t = 0; t < 8; t++) {
-            dst[64 + 32 * t + 2 * r] = src[2 * t];
-            dst[64 + 32 * t + 2 * r + 1] = src[2 * t + 1];
-        }
+        for (int t = 0; t < 8; t++)
+            put_u16(dst + 64 + 32 * t + 2 * r, src + 2 * t);
         pack_2bit(src + 16, r, dst + 320);
         return;
-    }
-    case FX_TYPE_Q3_K: { /* hmask[32], qs[64], scales[12], d */
+    case FX_TYPE_Q3_K: /* hmask[32], qs[64], scales[12], d */
         put_u16(dst + 2 * r, src + 108);
         for (int s = 0; s < 16; s++)
             dst[32 + 16 * s + r] = (uint8_t)(int8_t)fx_q3_K_scale(src + 96, s);
@@ -121,7 +124,6 @@ static void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_t *ds
                     or_u64(dst + 1312 + 8 * (8 * (4 * n + j) + g),
                            lane_bits(src + 4 * g, 4 * n + j, r));
         return;
-    }
     case FX_TYPE_Q4_K:
     case FX_TYPE_Q5_K: { /* d, dmin, scales[12], (qh[32]), qs[128] */
         bool five = type == FX_TYPE_Q5_K;
@@ -136,7 +138,7 @@ static void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_t *ds
         pack_nibbles_k(src + (five ? 48 : 16), r, dst + (five ? 832 : 320));
         return;
     }
-    case FX_TYPE_Q6_K: { /* ql[128], qh[64], scales[16], d */
+    case FX_TYPE_Q6_K: /* ql[128], qh[64], scales[16], d */
         put_u16(dst + 2 * r, src + 208);
         for (int s = 0; s < 16; s++)
             dst[32 + 16 * s + r] = src[192 + s];
@@ -144,14 +146,28 @@ static void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_t *ds
             for (int a = 0; a < 2; a++)
                 for (int g = 0; g < 8; g++)
                     put_lane(dst + 288 + 64 * (8 * (2 * h + a) + g), r,
-                             src + 64 * h + 32 * a + 4 * g);
+                             src + 64 * h + 32 * a + 4 * g, 0);
             for (int g = 0; g < 8; g++)
-                put_lane(dst + 2336 + 64 * (8 * h + g), r, src + 128 + 32 * h + 4 * g);
+                put_lane(dst + 2336 + 64 * (8 * h + g), r, src + 128 + 32 * h + 4 * g, 0);
         }
         return;
-    }
     default:
         FX_ASSERT(!"not a K R16 format");
+    }
+}
+
+/* Every block of the run, every row: the loops of fx_r16_pack for one format. */
+PACK_INLINE void pack_blocks(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int n_rows,
+                             int64_t b0, int64_t n_blocks, uint8_t *dst, size_t pbytes) {
+    const uint64_t bbytes = (uint64_t)fx_type_block_bytes(type);
+    for (int64_t b = 0; b < n_blocks; b++, dst += pbytes) {
+        const uint8_t *src = rows + (uint64_t)(b0 + b) * bbytes;
+        for (int r = 0; r < n_rows; r++, src += row_bytes) {
+            if (fx_type_block_elems(type) == FX_QK_K)
+                pack_row_k(type, src, r, dst);
+            else
+                pack_row_32(type, src, r, dst);
+        }
     }
 }
 
@@ -202,18 +218,42 @@ int32_t fx_r16_bias(enum fx_type type) {
 void fx_r16_pack(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int n_rows, int64_t b0,
                  int64_t n_blocks, uint8_t *dst) {
     size_t pbytes = fx_r16_block_bytes(type);
-    uint64_t bbytes = (uint64_t)fx_type_block_bytes(type);
-    bool k_format = fx_type_block_elems(type) == FX_QK_K;
     FX_ASSERT(pbytes != 0 && n_rows >= 1 && n_rows <= FX_R16_ROWS);
     memset(dst, 0, (size_t)n_blocks * pbytes);
-    for (int64_t b = 0; b < n_blocks; b++, dst += pbytes) {
-        for (int r = 0; r < n_rows; r++) {
-            const uint8_t *src = rows + (uint64_t)r * row_bytes + (uint64_t)(b0 + b) * bbytes;
-            if (k_format)
-                pack_row_k(type, src, r, dst);
-            else
-                pack_row_32(type, src, r, dst);
-        }
+    switch (type) {
+    case FX_TYPE_Q8_0:
+        pack_blocks(FX_TYPE_Q8_0, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q4_0:
+        pack_blocks(FX_TYPE_Q4_0, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q4_1:
+        pack_blocks(FX_TYPE_Q4_1, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q5_0:
+        pack_blocks(FX_TYPE_Q5_0, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q5_1:
+        pack_blocks(FX_TYPE_Q5_1, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_MXFP4:
+        pack_blocks(FX_TYPE_MXFP4, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q2_K:
+        pack_blocks(FX_TYPE_Q2_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q3_K:
+        pack_blocks(FX_TYPE_Q3_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q4_K:
+        pack_blocks(FX_TYPE_Q4_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_Q5_K:
+        pack_blocks(FX_TYPE_Q5_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    default:
+        pack_blocks(FX_TYPE_Q6_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
     }
 }
 
@@ -257,7 +297,7 @@ void fx_mat_set_packed(const struct fx_kernels *k, struct fx_mat *w, const void 
 #define RUN_SMALL 2048
 #define RUN_BIG   512
 /* Panels per group for big batches: their activation metadata is computed once per group. */
-#define GROUP_PACKED   8
+#define GROUP_PACKED   32
 #define GROUP_UNPACKED 4
 /* Room for what is packed on the fly: the largest of GROUP_UNPACKED * RUN_BIG and RUN_SMALL
  * elements at Q8_0's 17 packed bytes per element, the densest layout. */

@@ -118,18 +118,46 @@ FX_INLINE void q32_tile(enum fx_type type, int width, const struct fx_r16_tile *
     for (int64_t b = 0; b < t->n_blocks; b++) {
         struct q32_block w;
         q32_decode(type, t->w + (size_t)b * pbytes, &w);
+        /* The integer sums of every activation row, interleaved so that consecutive vpdpbusd
+         * do not wait on each other. */
+        const uint8_t *a = codes + (uint64_t)b * ablock;
+        const struct fx_r16_meta *m = &t->meta[b];
+        __m512i isum[FX_R16_MAX_ACT];
 #pragma GCC unroll 16
-        for (int j = 0; j < width; j++) {
-            const uint8_t *a = codes + (uint64_t)j * t->act_stride + (uint64_t)b * ablock;
-            const struct fx_r16_meta *m = &t->meta[j * t->meta_stride + b];
-            __m512i isum = _mm512_set1_epi32(m->c);
+        for (int j = 0; j < width; j++)
+            isum[j] = _mm512_set1_epi32(m[j * t->meta_stride].c);
+        if (width < 4) {
+            /* Few rows: two partial sums each, so that the chains of dependent vpdpbusd are
+             * half as long (integer sums, so the split changes nothing). */
+            __m512i odd[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                odd[j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int g = 0; g < 8; g += 2)
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++) {
+                    const uint8_t *aj = a + (uint64_t)j * t->act_stride + 4 * g;
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], w.q[g], bcast4(aj));
+                    odd[j] = _mm512_dpbusd_epi32(odd[j], w.q[g + 1], bcast4(aj + 4));
+                }
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                isum[j] = _mm512_add_epi32(isum[j], odd[j]);
+        } else {
 #pragma GCC unroll 16
             for (int g = 0; g < 8; g++)
-                isum = _mm512_dpbusd_epi32(isum, w.q[g], bcast4(a + 4 * g));
-            __m512 scale = _mm512_mul_ps(w.d, _mm512_set1_ps(m->d));
-            f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, f[j]);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], w.q[g],
+                                                  bcast4(a + (uint64_t)j * t->act_stride + 4 * g));
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++) {
+            __m512 scale = _mm512_mul_ps(w.d, _mm512_set1_ps(m[j * t->meta_stride].d));
+            f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), scale, f[j]);
             if (affine)
-                f[j] = _mm512_fmadd_ps(w.m, _mm512_set1_ps(m->s), f[j]);
+                f[j] = _mm512_fmadd_ps(w.m, _mm512_set1_ps(m[j * t->meta_stride].s), f[j]);
         }
     }
 #pragma GCC unroll 16

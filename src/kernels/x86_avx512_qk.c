@@ -159,15 +159,28 @@ FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t)
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++)
                 isum[j] = _mm512_setzero_si512();
+            /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
+            __m512i odd[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                odd[j] = _mm512_setzero_si512();
 #pragma GCC unroll 16
             for (int gg = 0; gg < groups; gg++) {
                 __m512i q = k_codes(type, p, s, gg);
 #pragma GCC unroll 16
-                for (int j = 0; j < width; j++)
-                    isum[j] = _mm512_dpbusd_epi32(
-                        isum[j], q,
-                        bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg));
+                for (int j = 0; j < width; j++) {
+                    __m512i x =
+                        bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
+                    if (width < 4 && gg % 2)
+                        odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
+                    else
+                        isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
+                }
             }
+            if (width < 4)
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    isum[j] = _mm512_add_epi32(isum[j], odd[j]);
             __m512i sc = k_scale(type, p, s);
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++)
