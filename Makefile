@@ -105,6 +105,9 @@ FUZZ_BINS := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 
 fuzz: $(FUZZ_BINS)
 
+# Keep the fuzz objects: they are intermediate files of a pattern chain make would delete.
+.SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/fuzz/%.o)
+
 $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CLANG) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) $(ISA_FLAGS) -MMD -MP -c $< -o $@
@@ -128,3 +131,11 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 -include $(FUZZ_LIB_OBJ:.o=.d)
+
+# The GGUF fuzzer's seed corpus, written by the test that checks it (see tests/test_gguf_malformed.c):
+#   make fuzz fuzz-corpus && build/fuzz/fuzz_gguf -max_total_time=600 fuzz/corpus-gguf
+.PHONY: fuzz-corpus
+fuzz-corpus: $(TEST_BIN) $(BIN)
+	mkdir -p fuzz/corpus-gguf
+	FX_GGUF_CORPUS=$(abspath fuzz/corpus-gguf) FERROX_BIN=$(abspath $(BIN)) \
+		FX_TEST_FILTER='gguf_fuzz_seed_corpus' $(TEST_BIN)

@@ -50,6 +50,9 @@ struct fx_error {
 
 #define FX_NO_OFFSET UINT64_MAX
 
+/* A token id: an index into a model's vocabulary. */
+typedef int32_t fx_token;
+
 /* A short constant name for a status ("FX_ERR_FORMAT"); never NULL. */
 const char *fx_status_name(fx_status s);
 
@@ -314,6 +317,96 @@ fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gg
                                void *user, struct fx_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Models
+ *
+ * A model is the immutable description and weights of one GGUF file: architecture, hyper-
+ * parameters, and weight views into the file's read-only mapping. Supported architectures:
+ * llama (Llama 1-3, Mistral, TinyLlama, SmolLM2, Mixtral-style experts), qwen2, qwen3, qwen3moe,
+ * gemma2, gemma3, gpt-oss. A loaded model may be shared by any number of contexts and threads;
+ * free it only after every context using it.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_model;
+
+struct fx_model_params {
+    int reserved; /* no options yet; use fx_model_default_params() */
+};
+
+struct fx_model_params fx_model_default_params(void);
+
+/* Loads a model file. Missing or mis-shaped tensors and absurd hyper-parameters are errors naming
+ * the tensor or key with the expected and the found value. `params` may be NULL. */
+fx_status fx_model_load(const char *path, const struct fx_model_params *params,
+                        struct fx_model **out, struct fx_error *err);
+/* The same from an already open file; on success the model owns `g` and frees it. */
+fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *params,
+                             struct fx_model **out, struct fx_error *err);
+void fx_model_free(struct fx_model *m);
+
+const char *fx_model_arch(const struct fx_model *m); /* "llama", "qwen3", ... */
+int32_t fx_model_n_vocab(const struct fx_model *m);
+int32_t fx_model_n_embd(const struct fx_model *m);
+int32_t fx_model_n_layer(const struct fx_model *m);
+int32_t fx_model_n_ctx_train(const struct fx_model *m);
+uint64_t fx_model_n_params(const struct fx_model *m); /* elements of every tensor */
+uint64_t fx_model_size(const struct fx_model *m);     /* bytes of every tensor */
+/* The open file the model was loaded from (its metadata, e.g. for the tokenizer). */
+const struct fx_gguf *fx_model_gguf(const struct fx_model *m);
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts and forward passes
+ *
+ * A context runs one model for one sequence: it owns a worker pool, a contiguous KV cache of
+ * n_ctx positions (keys and values kept in f32), and every scratch buffer a forward pass needs,
+ * all allocated at creation (no allocation per token). It borrows the model, which must outlive
+ * it. A context belongs to one thread at a time; several contexts may share one model.
+ *
+ * Forward calls evaluate tokens at consecutive positions pos0, pos0 + 1, ... of the sequence;
+ * pos0 may be at most the number of positions already in the cache (fx_context_kv_len), and
+ * evaluating at pos0 drops whatever the cache held from pos0 on. Each call enters the worker
+ * pool once. Every argument is checked before anything is written: a bad token, a position past
+ * the cache or a call that would overflow the context returns an error and leaves the context
+ * as it was.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_context;
+
+struct fx_context_params {
+    int32_t n_ctx;     /* positions in the KV cache; 0: the training context, at most 4096 */
+    int32_t n_batch;   /* rows evaluated together (longer calls run in chunks); 0: 512 */
+    int32_t n_threads; /* workers; 0: one per CPU this process may use */
+};
+
+struct fx_context_params fx_context_default_params(void);
+fx_status fx_context_create(const struct fx_model *m, const struct fx_context_params *params,
+                            struct fx_context **out, struct fx_error *err);
+void fx_context_free(struct fx_context *ctx);
+
+const struct fx_model *fx_context_model(const struct fx_context *ctx);
+int32_t fx_context_n_ctx(const struct fx_context *ctx);
+/* Positions currently held by the KV cache. */
+int32_t fx_context_kv_len(const struct fx_context *ctx);
+/* Keeps the first n positions of the cache (n <= fx_context_kv_len); 0 clears it. */
+fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err);
+
+/* One token at position pos; logits: [n_vocab]. */
+fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, float *logits,
+                           struct fx_error *err);
+/* n tokens at pos0..pos0+n-1, causal; logits: [n][n_vocab], one row per token. */
+fx_status fx_forward_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
+                           float *logits, struct fx_error *err);
+/* The same, plus the final normed hidden state of every row; hidden: [n][n_embd]. */
+fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                       int32_t pos0, float *logits, float *hidden,
+                                       struct fx_error *err);
+/* Prefill: the same evaluation, logits of the last token only; logits: [n_vocab]. */
+fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                int32_t pos0, float *logits, struct fx_error *err);
+/* Final normed hidden states only (embeddings); hidden: [n][n_embd]. */
+fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                  int32_t pos0, float *hidden, struct fx_error *err);
+
+/* ---------------------------------------------------------------------------------------------
  * Sampling
  *
  * A sampler picks the next token from a row of logits through the chain llama.cpp's tools use by
@@ -333,8 +426,6 @@ fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gg
  * Everything is allocated by fx_sampler_create for the vocabulary size; sampling a token
  * allocates nothing. A sampler belongs to one thread at a time.
  * ------------------------------------------------------------------------------------------- */
-
-typedef int32_t fx_token;
 
 /* Adds `bias` to the logit of `token`; -INFINITY bans it. */
 struct fx_logit_bias {
@@ -449,6 +540,242 @@ void fx_stopper_reset(struct fx_stopper *st);
  * FERROX_CPU=generic|avx2|avx512 (an unknown or unsupported name is reported on stderr and the
  * best supported table is used). Thread-safe. */
 const char *fx_kernels_name(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Chat templates
+ *
+ * A chat template turns a conversation into the prompt text a model was trained on. Models carry
+ * theirs as a Jinja template (the GGUF key tokenizer.chat_template). ferrox interprets the subset
+ * of Jinja that chat templates use, with the settings Hugging Face transformers renders them with
+ * (trim_blocks, lstrip_blocks, loop controls, an immutable sandbox, transformers' tojson), so a
+ * template nobody listed renders as it would in transformers. The published templates of known
+ * families are also built in by name (fx_chat_builtin_name) for files that carry none.
+ *
+ * Ownership and threads: a template is immutable once created; any number of threads may render
+ * the same one at once. Each render allocates its working memory and frees it before returning;
+ * the only thing that persists is the caller's struct fx_chat_text, whose buffer is reused by the
+ * next render into it. Parse once, render the whole conversation every turn (well under a
+ * microsecond per message) and prefill only the suffix that differs from the previous render:
+ * compare rather than assume an append, because some templates rewrite earlier turns (Qwen 3 and
+ * DeepSeek R1 drop the reasoning of past answers). Templates that print bos_token themselves
+ * (Llama 3, Gemma, Mistral, DeepSeek) need the text tokenized without adding another BOS.
+ *
+ * Known differences from Python, none used by the built-in templates: integers are 64-bit
+ * (overflow is an error), upper/lower/title/capitalize change ASCII letters only, and str.format,
+ * {% include %}, {% call %}, {% with %} and recursive loops are not supported.
+ *
+ * Failures are fx_status errors whose message gives the line and column in the template
+ * ("chat template: line 1, column 412: template raised: Conversation roles must alternate..."),
+ * with err->offset the byte offset: FX_ERR_FORMAT for syntax errors and errors while rendering,
+ * FX_ERR_INVALID_ARG when the template itself rejects the conversation (raise_exception), and
+ * FX_ERR_CAPACITY when a limit in struct fx_chat_params is exceeded (hostile templates).
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_chat_msg {
+    const char *role;    /* "system", "user", "assistant", "tool", ... (NUL-terminated) */
+    const char *content; /* NUL-terminated UTF-8; NULL renders as None (an assistant turn that
+                            only calls tools) */
+};
+
+struct fx_chat_template;
+
+/* Parses a Jinja chat template of len bytes (copied). Syntax errors, unknown filters and tests,
+ * and unsupported tags ({% include %}, {% call %}, recursive loops) fail here. */
+fx_status fx_chat_template_create(const char *source, size_t len, struct fx_chat_template **out,
+                                  struct fx_error *err);
+/* A built-in template by name (see fx_chat_builtin_name); FX_ERR_NOT_FOUND names the choices. */
+fx_status fx_chat_template_builtin(const char *name, struct fx_chat_template **out,
+                                   struct fx_error *err);
+void fx_chat_template_free(struct fx_chat_template *t);
+
+/* The name of the built-in whose text is exactly this template's, or NULL. */
+const char *fx_chat_template_builtin_name(const struct fx_chat_template *t);
+
+/* Built-in template names in a fixed order, i from 0 until NULL: chatml, qwen2, qwen2.5, qwen3,
+ * smollm2, llama2, llama3, llama3.1, llama3.2, mistral-v1, mistral-v3, mistral-v3-tekken,
+ * mistral-v7, gemma, gemma3, phi3, deepseek, deepseek-v2.5, deepseek-r1, gpt-oss. */
+const char *fx_chat_builtin_name(size_t i);
+/* The template text of a built-in (static storage), or NULL when the name is unknown. */
+const char *fx_chat_builtin_source(const char *name);
+
+/* strftime_now() in templates formats the current local time unless a time is injected. */
+#define FX_CHAT_NOW_LOCAL INT64_MIN
+
+/* Defaults: fx_chat_default_params. */
+struct fx_chat_params {
+    bool add_generation_prompt; /* end with the header that starts the assistant's turn (true) */
+    const char *bos_token;      /* the variables bos_token and eos_token; NULL means "" */
+    const char *eos_token;
+    /* NULL, or a JSON object whose members become template variables: tools, documents,
+     * enable_thinking, reasoning_effort, date_string, builtin_tools, ... They are set after
+     * add_generation_prompt, bos_token and eos_token (and may replace them); "messages" is not
+     * allowed. */
+    const char *vars_json;
+    int64_t now;        /* for strftime_now(): seconds since the epoch, shown as UTC, or
+                           FX_CHAT_NOW_LOCAL (the default) */
+    size_t max_output;  /* bytes of rendered text; default 16 MiB */
+    size_t max_memory;  /* bytes of working memory per render; default 64 MiB */
+    uint64_t max_steps; /* evaluated template nodes; default 50,000,000 */
+    uint32_t max_depth; /* nesting of evaluation (macro recursion); default 1000 */
+};
+
+void fx_chat_default_params(struct fx_chat_params *p);
+
+/* Rendered text. Zero-initialise before the first render; each render replaces the contents and
+ * reuses the buffer. data is NUL-terminated (len excludes the NUL). */
+struct fx_chat_text {
+    char *data;
+    size_t len, cap;
+};
+
+void fx_chat_text_free(struct fx_chat_text *text);
+
+/* Renders the conversation msgs[0..n_msgs) into out (p may be NULL for the defaults; msgs may be
+ * NULL when n_msgs is 0). On failure out->len is 0. */
+fx_status fx_chat_render(const struct fx_chat_template *t, const struct fx_chat_msg *msgs,
+                         size_t n_msgs, const struct fx_chat_params *p, struct fx_chat_text *out,
+                         struct fx_error *err);
+
+/* The same with the messages as a JSON array of objects (OpenAI chat format: role, content as a
+ * string, null or a list of parts, tool_calls, tool_call_id, name, reasoning_content, thinking,
+ * ...), every member reaching the template as written. */
+fx_status fx_chat_render_json(const struct fx_chat_template *t, const char *messages_json,
+                              size_t len, const struct fx_chat_params *p, struct fx_chat_text *out,
+                              struct fx_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tokenizer
+ *
+ * A vocabulary turns text into token ids and back, exactly as llama.cpp does with the same GGUF
+ * keys (tokenizer.ggml.*). Three models are supported: SentencePiece-style BPE with byte
+ * fallback ("llama": Llama 1/2, Mistral, Gemma, Phi-3), byte-level BPE with a regex
+ * pre-tokenizer chosen by tokenizer.ggml.pre ("gpt2": GPT-2, Llama 3, Qwen 2/3, SmolLM2,
+ * DeepSeek, Falcon, StarCoder, MPT, Refact, gpt-oss) and WordPiece ("bert").
+ *
+ * Ownership and threads: a vocabulary copies what it needs from the file, so the GGUF file may
+ * be closed once fx_vocab_load returns. It is immutable afterwards: any number of threads may
+ * call every function below on one vocabulary at the same time (each call keeps its scratch
+ * memory to itself). Pointers a vocabulary returns live until fx_vocab_free. A streaming
+ * detokenizer belongs to one thread at a time.
+ * ------------------------------------------------------------------------------------------- */
+
+#define FX_TOKEN_NULL (-1) /* "no token" */
+
+enum fx_vocab_type {
+    FX_VOCAB_SPM = 1, /* "llama" */
+    FX_VOCAB_BPE = 2, /* "gpt2" */
+    FX_VOCAB_WPM = 3, /* "bert" */
+};
+
+/* Token attributes (a bit set), from tokenizer.ggml.token_type and llama.cpp's corrections. */
+enum fx_token_attr {
+    FX_TOKEN_ATTR_UNDEFINED = 0,
+    FX_TOKEN_ATTR_UNKNOWN = 1 << 0,
+    FX_TOKEN_ATTR_UNUSED = 1 << 1,
+    FX_TOKEN_ATTR_NORMAL = 1 << 2,
+    FX_TOKEN_ATTR_CONTROL = 1 << 3,      /* BOS, EOS, chat markers: text only when asked */
+    FX_TOKEN_ATTR_USER_DEFINED = 1 << 4, /* added tokens: always matched in text, always shown */
+    FX_TOKEN_ATTR_BYTE = 1 << 5,         /* <0xNN> */
+    FX_TOKEN_ATTR_LSTRIP = 1 << 6,       /* matched in text, it swallows white space before it */
+    FX_TOKEN_ATTR_RSTRIP = 1 << 7,       /* ... and after it */
+};
+
+struct fx_vocab;
+
+/* Loads the vocabulary of an open GGUF file. Fails with FX_ERR_NOT_FOUND when the file has no
+ * tokenizer.ggml.model, FX_ERR_UNSUPPORTED for an unknown model or pre-tokenizer name (a file
+ * without tokenizer.ggml.pre gets the "default" one and a warning on stderr), FX_ERR_FORMAT for
+ * malformed keys. */
+fx_status fx_vocab_load(const struct fx_gguf *g, struct fx_vocab **out, struct fx_error *err);
+/* Opens path (a model or a vocabulary-only GGUF), loads its vocabulary and closes it. */
+fx_status fx_vocab_load_file(const char *path, struct fx_vocab **out, struct fx_error *err);
+void fx_vocab_free(struct fx_vocab *v);
+
+enum fx_vocab_type fx_vocab_type(const struct fx_vocab *v);
+/* The pre-tokenizer in use ("llama-bpe", "qwen2", ...); "" for SPM and WordPiece. */
+const char *fx_vocab_pre(const struct fx_vocab *v);
+int32_t fx_vocab_n_tokens(const struct fx_vocab *v);
+/* Special ids; FX_TOKEN_NULL when the vocabulary has none. EOT is the end-of-turn token
+ * (<|eot_id|>, <|im_end|>, <end_of_turn> ...), named by the file or found by its text. */
+fx_token fx_vocab_bos(const struct fx_vocab *v);
+fx_token fx_vocab_eos(const struct fx_vocab *v);
+fx_token fx_vocab_eot(const struct fx_vocab *v);
+fx_token fx_vocab_unk(const struct fx_vocab *v);
+fx_token fx_vocab_sep(const struct fx_vocab *v);
+fx_token fx_vocab_pad(const struct fx_vocab *v);
+/* Whether fx_tokenize with add_special puts BOS first / EOS last. */
+bool fx_vocab_add_bos(const struct fx_vocab *v);
+bool fx_vocab_add_eos(const struct fx_vocab *v);
+/* True for every token that ends generation (EOS, EOT, EOM and their kin). */
+bool fx_vocab_is_eog(const struct fx_vocab *v, fx_token id);
+/* enum fx_token_attr bits of id; 0 for an id outside the vocabulary. */
+uint32_t fx_vocab_token_attr(const struct fx_vocab *v, fx_token id);
+float fx_vocab_token_score(const struct fx_vocab *v, fx_token id);
+/* The token's text as the file stores it ("▁the", "Ġthe", "<s>"); NULL for an invalid id. */
+const char *fx_vocab_token_text(const struct fx_vocab *v, fx_token id, size_t *len);
+/* The id whose stored text is exactly text[0..len), or FX_TOKEN_NULL. */
+fx_token fx_vocab_find_token(const struct fx_vocab *v, const char *text, size_t len);
+
+/* Tokenizes text[0..len). Any bytes are accepted: invalid UTF-8 becomes byte tokens (a byte
+ * that a byte-level vocabulary has no token for, such as 0xFF in most of them, is dropped, as
+ * llama.cpp drops it; WordPiece drops what is not text). add_special adds BOS / EOS (WordPiece:
+ * [CLS] / [SEP]) as the vocabulary says.
+ * parse_special makes control tokens written in the text (<|im_start|>, <s>) single tokens;
+ * user-defined tokens are always recognised, like llama.cpp. Writes at most cap ids; *n_ids
+ * receives the number of tokens, and when it exceeds cap the call fails with FX_ERR_CAPACITY
+ * so that the caller can retry with *n_ids slots. */
+fx_status fx_tokenize(const struct fx_vocab *v, const char *text, size_t len, bool add_special,
+                      bool parse_special, fx_token *ids, size_t cap, size_t *n_ids,
+                      struct fx_error *err);
+
+/* What token id stands for in text: "▁the" gives " the", <0x0A> a newline, "Ġthe" " the".
+ * Control and unknown tokens give their text when render_special is true and "" otherwise.
+ * Returns a pointer into the vocabulary (not NUL-terminated; *len bytes), or NULL for an id
+ * outside it. A piece may be part of a UTF-8 character (byte tokens). */
+const char *fx_token_to_piece(const struct fx_vocab *v, fx_token id, bool render_special,
+                              size_t *len);
+
+enum fx_detok_flags {
+    /* Drop a leading BOS and a trailing EOS when the vocabulary adds them (llama.cpp's
+     * remove_special; a dropped BOS keeps the space that follows it). */
+    FX_DETOK_REMOVE_SPECIAL = 1 << 0,
+    /* Write control and unknown tokens as their text instead of nothing. */
+    FX_DETOK_RENDER_SPECIAL = 1 << 1,
+    /* The ids continue earlier text: keep the leading space of the first piece that SentencePiece
+     * vocabularies otherwise remove (it stands for the space they prefix when tokenizing). */
+    FX_DETOK_CONTINUE = 1 << 2,
+};
+
+/* Decodes ids[0..n) into buf, NUL-terminated: the concatenation of their pieces, less the
+ * SentencePiece prefix space (see FX_DETOK_CONTINUE). Nothing else is rewritten (llama.cpp's
+ * clean_spaces, which turns " ," into "," for some vocabularies, is not applied), so that the
+ * text equals what a stream of pieces shows and byte-level BPE round-trips exactly. Bytes that are
+ * not valid UTF-8 (an incomplete character at the end, odd byte tokens) are written as they are.
+ * *len receives the text length without the NUL; when len + 1 > cap the call fails with
+ * FX_ERR_CAPACITY (buf holds nothing usable) so that the caller can retry. An id outside the
+ * vocabulary is FX_ERR_INVALID_ARG. */
+fx_status fx_detokenize(const struct fx_vocab *v, const fx_token *ids, size_t n, unsigned flags,
+                        char *buf, size_t cap, size_t *len, struct fx_error *err);
+
+/* A streaming detokenizer: fed one id at a time (as a model generates them), it hands out text
+ * that ends on a character boundary, holding back the bytes of a UTF-8 character that is not
+ * complete yet. Everything it hands out, followed by fx_detok_stream_flush, equals
+ * fx_detokenize of the same ids with the same flags. It borrows the vocabulary, which must
+ * outlive it. No allocation happens after create. */
+struct fx_detok_stream;
+
+/* flags: FX_DETOK_RENDER_SPECIAL and FX_DETOK_CONTINUE (FX_DETOK_REMOVE_SPECIAL needs the whole
+ * sequence and is refused). */
+fx_status fx_detok_stream_create(const struct fx_vocab *v, unsigned flags,
+                                 struct fx_detok_stream **out, struct fx_error *err);
+void fx_detok_stream_free(struct fx_detok_stream *s);
+/* Adds one id. *text / *len receive the text now complete (possibly empty); the pointer is
+ * valid until the next call on this stream. */
+fx_status fx_detok_stream_push(struct fx_detok_stream *s, fx_token id, const char **text,
+                               size_t *len, struct fx_error *err);
+/* Ends the sequence: hands out any held bytes (an unfinished character, as it is) and resets
+ * the stream for a new sequence. */
+void fx_detok_stream_flush(struct fx_detok_stream *s, const char **text, size_t *len);
 
 #ifdef __cplusplus
 }

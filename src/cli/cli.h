@@ -4,6 +4,11 @@
 #ifndef FX_CLI_H
 #define FX_CLI_H
 
+int fx_cli_inspect(int argc, char **argv);
+int fx_cli_synth(int argc, char **argv);
+int fx_cli_eval(int argc, char **argv);
+int fx_cli_bench(int argc, char **argv);
+int fx_cli_tokenize(int argc, char **argv);
 int fx_cli_bench_kernels(int argc, char **argv);
 
 #endif

@@ -13,6 +13,11 @@ struct command {
 
 /* One line per subcommand; the list ends with an empty entry. */
 static const struct command commands[] = {
+    {"inspect", fx_cli_inspect, "print a GGUF file's header, metadata and tensors"},
+    {"synth", fx_cli_synth, "write a random-weight GGUF model of a real model's shape"},
+    {"eval", fx_cli_eval, "evaluate token ids: all-position logits, greedy continuation"},
+    {"bench", fx_cli_bench, "llama-bench-style prefill (pp) and decode (tg) speed table"},
+    {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
     {"bench-kernels", fx_cli_bench_kernels, "matvec and matmul speed per weight format and table"},
     {NULL, NULL, NULL},
 };

@@ -170,10 +170,10 @@ static bool rd_name(struct parser *ps, struct fx_arena *a, const char *field, ui
 
 /* An array of strings: a first walk checks every length against the file, then one arena block
  * takes all the text, so memory follows the bytes present, not the count claimed. */
-static bool rd_str_array(struct parser *ps, struct fx_arena *a, uint64_t n,
+static bool rd_str_array(struct parser *ps, struct fx_arena *a, uint64_t n, uint64_t count_at,
                          struct fx_gguf_str **out) {
     if (n > remaining(ps) / 8)
-        return fail_at(ps, ps->pos,
+        return fail_at(ps, count_at,
                        "array of %" PRIu64 " strings cannot fit in the %" PRIu64 " bytes left", n,
                        remaining(ps));
     uint64_t first = ps->pos, text = 0;
@@ -249,7 +249,7 @@ static bool rd_value(struct parser *ps, struct fx_arena *a, struct fx_gguf_kv *k
     kv->arr_n = n;
     if (elem == FX_GGUF_STRING) {
         struct fx_gguf_str *strs = NULL;
-        if (!rd_str_array(ps, a, n, &strs))
+        if (!rd_str_array(ps, a, n, elem_at + 4, &strs))
             return false;
         kv->v.arr = strs;
         return true;
@@ -419,8 +419,9 @@ static int by_begin(const void *a, const void *b) {
 static bool check_data(struct parser *ps, struct fx_gguf *g, const struct info_at *at) {
     if (g->n_tensors == 0)
         return true;
+    /* Reported where the tensor infos end, the last byte position the file has. */
     if (g->data_offset > g->size)
-        return fail_at(ps, g->data_offset,
+        return fail_at(ps, ps->pos,
                        "the data section would start at byte %" PRIu64
                        ", past the end of the file (%" PRIu64 " bytes)",
                        g->data_offset, g->size);

@@ -1,0 +1,256 @@
+/* A context: the worker pool, the KV cache and every scratch buffer a forward pass needs, all
+ * planned and allocated here so that no forward call allocates. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/checked.h"
+#include "core/cpu.h"
+#include "core/error.h"
+#include "decoder/decoder.h"
+
+#define ARENA_ALIGN 64
+
+struct fx_context_params fx_context_default_params(void) {
+    return (struct fx_context_params){.n_ctx = 0, .n_batch = 512, .n_threads = 0};
+}
+
+/* The arena is planned as offsets first (every size overflow-checked), then allocated once. */
+struct plan {
+    uint64_t size;
+    bool overflow;
+};
+
+/* Reserves count elements of size bytes, 64-byte aligned; returns the offset. */
+static uint64_t reserve(struct plan *p, uint64_t count, uint64_t size) {
+    uint64_t bytes, start, end;
+    if (fx_mul_overflow_u64(count, size, &bytes) || fx_align_up_u64(p->size, ARENA_ALIGN, &start) ||
+        fx_add_overflow_u64(start, bytes, &end)) {
+        p->overflow = true;
+        return 0;
+    }
+    p->size = end;
+    return start;
+}
+
+/* Every matrix a forward pass multiplies by (not the embedding table, which is only looked up). */
+static int model_mats(const struct fx_model *m, int il, const struct fx_mat **out) {
+    const struct fx_layer *l = &m->layers[il];
+    const struct fx_mat *all[] = {&l->wq,          &l->wk,           &l->wv,
+                                  &l->wo,          &l->ffn_gate,     &l->ffn_up,
+                                  &l->ffn_down,    &l->router,       &l->gate_exps.per,
+                                  &l->up_exps.per, &l->down_exps.per};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->data)
+            out[n++] = all[i];
+    return n;
+}
+
+/* Offsets of every buffer in the arena, in the order they are planned. */
+struct layout {
+    uint64_t x, xn, q, k, v, att, h, gate, up, scores, act[FX_TYPE_COUNT];
+    uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
+};
+
+static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_swa_differs,
+                        struct plan *p, struct layout *o) {
+    const struct fx_model *m = ctx->model;
+    const struct fx_hparams *hp = &m->hp;
+    uint64_t nb = (uint64_t)ctx->n_batch, nf = (uint64_t)ctx->n_ffn_rows;
+    uint64_t e = (uint64_t)hp->n_embd, f4 = sizeof(float);
+    uint64_t q_dim = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    uint64_t k_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    uint64_t v_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v;
+    uint64_t att_dim = (uint64_t)hp->n_head * (uint64_t)hp->head_dim_v;
+    uint64_t ff = (uint64_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    o->x = reserve(p, nb * e, f4);
+    o->xn = reserve(p, nb * e, f4);
+    o->q = reserve(p, nb * q_dim, f4);
+    o->k = reserve(p, nb * k_dim, f4);
+    o->v = reserve(p, nb * v_dim, f4);
+    o->att = reserve(p, nb * att_dim, f4);
+    o->h = reserve(p, nb * e, f4);
+    o->gate = reserve(p, nf * ff, f4);
+    o->up = reserve(p, nf * ff, f4);
+    o->scores = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->scores_per_worker, f4);
+
+    /* An activation buffer per format in use, wide enough for the widest input of any matrix
+     * dotted in that format. */
+    uint64_t widest[FX_TYPE_COUNT] = {0};
+    const struct fx_mat *mats[16];
+    for (int il = 0; il < hp->n_layer; il++) {
+        int n = model_mats(m, il, mats);
+        for (int i = 0; i < n; i++) {
+            enum fx_type t = ctx->k->types[mats[i]->type].vec_dot_type;
+            if ((uint64_t)mats[i]->ne0 > widest[t])
+                widest[t] = (uint64_t)mats[i]->ne0;
+        }
+    }
+    enum fx_type out_t = ctx->k->types[m->output.type].vec_dot_type;
+    if ((uint64_t)m->output.ne0 > widest[out_t])
+        widest[out_t] = (uint64_t)m->output.ne0;
+    for (int t = 0; t < FX_TYPE_COUNT; t++) {
+        uint64_t row = 0;
+        o->act[t] = UINT64_MAX;
+        if (t == FX_TYPE_F32 || widest[t] == 0)
+            continue;
+        if (!fx_type_row_bytes((enum fx_type)t, (int64_t)widest[t], &row))
+            p->overflow = true;
+        o->act[t] = reserve(p, nf, row);
+    }
+
+    uint64_t n_exp = (uint64_t)hp->n_expert, k_used = (uint64_t)hp->n_expert_used;
+    o->router = reserve(p, nb * n_exp, f4);
+    o->sel = reserve(p, nb * k_used, sizeof(int32_t));
+    o->sel_w = reserve(p, nb * k_used, f4);
+    o->slot = reserve(p, nb * k_used, sizeof(int32_t));
+    o->slot_row = reserve(p, nf, sizeof(int32_t));
+    o->slot_expert = reserve(p, nf, sizeof(int32_t));
+    o->expert_off = reserve(p, n_exp + 1, sizeof(int32_t));
+    o->xg = reserve(p, n_exp ? nf * e : 0, f4);
+    o->yg = reserve(p, n_exp ? nf * e : 0, f4);
+    uint64_t rope_floats = (uint64_t)ctx->n_ctx * (uint64_t)hp->rope.n_rot;
+    o->rope[0] = reserve(p, rope_floats, f4);
+    o->rope[1] = rope_swa_differs ? reserve(p, rope_floats, f4) : o->rope[0];
+}
+
+/* The (cos, sin) table of every position for one layer kind. */
+static void fill_rope(const struct fx_context *ctx, float *table, float base, float scale) {
+    const struct fx_rope_config *r = &ctx->model->hp.rope;
+    struct fx_rope_params p = {
+        .n_dims = r->n_rot,
+        .freq_base = base,
+        .freq_scale = scale,
+        .ext_factor = r->ext_factor,
+        .attn_factor = r->attn_factor,
+        .beta_fast = r->beta_fast,
+        .beta_slow = r->beta_slow,
+        .n_ctx_orig = r->n_ctx_orig,
+        .freq_factors = r->freq_factors,
+    };
+    for (int32_t pos = 0; pos < ctx->n_ctx; pos++)
+        fx_rope_cache(&p, (float)pos, table + (int64_t)pos * r->n_rot);
+}
+
+fx_status fx_context_create(const struct fx_model *m, const struct fx_context_params *params,
+                            struct fx_context **out, struct fx_error *err) {
+    *out = NULL;
+    struct fx_context_params p = params ? *params : fx_context_default_params();
+    const struct fx_hparams *hp = &m->hp;
+    if (p.n_ctx == 0)
+        p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_batch == 0)
+        p.n_batch = 512;
+    if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "context size %d is not in 1..%d", p.n_ctx, 1 << 24);
+    if (p.n_batch < 1 || p.n_batch > (1 << 16))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "batch size %d is not in 1..%d",
+                            p.n_batch, 1 << 16);
+    if (p.n_threads < 0 || p.n_threads > FX_POOL_MAX_THREADS)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "thread count %d is not in 0..%d", p.n_threads, FX_POOL_MAX_THREADS);
+
+    struct fx_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
+    ctx->model = m;
+    ctx->k = fx_kernels();
+    ctx->n_ctx = p.n_ctx;
+    ctx->n_batch = p.n_batch;
+    ctx->n_ffn_rows = p.n_batch * (hp->n_expert_used > 0 ? hp->n_expert_used : 1);
+    int64_t block_rows = p.n_batch < FX_ATT_BLOCK_ROWS ? p.n_batch : FX_ATT_BLOCK_ROWS;
+    ctx->scores_per_worker = block_rows * (hp->n_head / hp->n_head_kv) * (int64_t)p.n_ctx;
+    const char *dump = getenv("FERROX_DUMP");
+    ctx->dump_dir = dump && *dump ? dump : NULL;
+
+    fx_status st = fx_pool_create(p.n_threads, &ctx->pool, err);
+    if (st)
+        goto fail;
+    st = fx_kv_contig_init(&ctx->kv, hp->n_layer, p.n_ctx, (int64_t)hp->n_head_kv * hp->head_dim,
+                           (int64_t)hp->n_head_kv * hp->head_dim_v, err);
+    if (st)
+        goto fail;
+
+    bool swa_differs = hp->rope.freq_base_swa != hp->rope.freq_base ||
+                       hp->rope.freq_scale_swa != hp->rope.freq_scale;
+    struct plan plan = {0};
+    struct layout o;
+    plan_layout(ctx, fx_pool_size(ctx->pool), swa_differs, &plan, &o);
+    if (plan.overflow || plan.size > SIZE_MAX - ARENA_ALIGN) {
+        st = fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                          "scratch for a batch of %d rows and a context of %d overflows", p.n_batch,
+                          p.n_ctx);
+        goto fail;
+    }
+    ctx->arena = aligned_alloc(ARENA_ALIGN,
+                               (size_t)(plan.size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN);
+    if (!ctx->arena) {
+        st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
+                          "out of memory for %llu bytes of scratch", (unsigned long long)plan.size);
+        goto fail;
+    }
+    uint8_t *base = ctx->arena;
+    struct fx_scratch *s = &ctx->s;
+    s->x = (float *)(base + o.x);
+    s->xn = (float *)(base + o.xn);
+    s->q = (float *)(base + o.q);
+    s->k = (float *)(base + o.k);
+    s->v = (float *)(base + o.v);
+    s->att = (float *)(base + o.att);
+    s->h = (float *)(base + o.h);
+    s->gate = (float *)(base + o.gate);
+    s->up = (float *)(base + o.up);
+    s->scores = (float *)(base + o.scores);
+    for (int t = 0; t < FX_TYPE_COUNT; t++)
+        s->act[t] = o.act[t] == UINT64_MAX ? NULL : base + o.act[t];
+    s->router = (float *)(base + o.router);
+    s->sel = (int32_t *)(base + o.sel);
+    s->sel_w = (float *)(base + o.sel_w);
+    s->slot = (int32_t *)(base + o.slot);
+    s->slot_row = (int32_t *)(base + o.slot_row);
+    s->slot_expert = (int32_t *)(base + o.slot_expert);
+    s->expert_off = (int32_t *)(base + o.expert_off);
+    s->xg = (float *)(base + o.xg);
+    s->yg = (float *)(base + o.yg);
+    float *rope0 = (float *)(base + o.rope[0]), *rope1 = (float *)(base + o.rope[1]);
+    fill_rope(ctx, rope0, hp->rope.freq_base, hp->rope.freq_scale);
+    if (swa_differs)
+        fill_rope(ctx, rope1, hp->rope.freq_base_swa, hp->rope.freq_scale_swa);
+    s->rope[0] = rope0;
+    s->rope[1] = rope1;
+    *out = ctx;
+    return FX_OK;
+fail:
+    fx_context_free(ctx);
+    return st;
+}
+
+void fx_context_free(struct fx_context *ctx) {
+    if (!ctx)
+        return;
+    fx_pool_free(ctx->pool);
+    fx_kv_contig_release(&ctx->kv);
+    free(ctx->arena);
+    free(ctx);
+}
+
+int32_t fx_context_n_ctx(const struct fx_context *ctx) {
+    return ctx->n_ctx;
+}
+
+int32_t fx_context_kv_len(const struct fx_context *ctx) {
+    return ctx->kv.n_filled;
+}
+
+fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err) {
+    if (n < 0 || n > ctx->kv.n_filled)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "cannot truncate a cache of %d positions to %d", ctx->kv.n_filled, n);
+    ctx->kv.n_filled = n;
+    return FX_OK;
+}
+
+const struct fx_model *fx_context_model(const struct fx_context *ctx) {
+    return ctx->model;
+}

@@ -1,0 +1,192 @@
+/* The forward body and the shared steps of every block. Read top to bottom, a forward call is:
+ * embed the chunk's tokens, run each layer's attention and FFN (or MoE) block, then normalise
+ * the rows that need output and project them to logits. */
+#include "decoder/decoder.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/error.h"
+
+fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
+                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
+                         struct fx_error *err) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    if (n < 1 || !tokens)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a forward call needs at least one token");
+    if (rows != FX_LOGITS_NONE && !logits)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "logits buffer is NULL");
+    if (rows == FX_LOGITS_NONE && !hidden)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
+    if (pos0 < 0 || pos0 > ctx->kv.n_filled)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "position %d is not in 0..%d (the cache holds %d positions)", pos0,
+                            ctx->kv.n_filled, ctx->kv.n_filled);
+    if (n > ctx->n_ctx - pos0)
+        return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                            "%lld tokens at position %d exceed the context of %d", (long long)n,
+                            pos0, ctx->n_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                                "token %d at index %lld is not in the vocabulary (0..%d)",
+                                tokens[i], (long long)i, hp->n_vocab - 1);
+    *out = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .pos0 = pos0,
+        .logits_rows = rows,
+        .logits = logits,
+        .hidden = hidden,
+    };
+    return FX_OK;
+}
+
+void fx_fwd_finish(const struct fx_fwd *f) {
+    /* Writing at pos0 drops whatever followed it: the cache now ends with this call's rows. */
+    f->ctx->kv.n_filled = f->pos0 + (int32_t)f->n;
+}
+
+void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx, float *out,
+                                const float *in, const float *weight, int64_t n, int64_t dim) {
+    int64_t b, e;
+    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
+    for (int64_t i = b; i < e; i++)
+        ctx->k->rms_norm(out + i * dim, in + i * dim, weight, dim, ctx->model->hp.rms_eps);
+}
+
+/* Bytes of one activation row of n_in elements in `type`. The context checked at creation that
+ * every input width of the model is a whole number of blocks of the formats it uses. */
+static uint64_t act_row_bytes(enum fx_type type, int64_t n_in) {
+    uint64_t bytes = 0;
+    fx_type_row_bytes(type, n_in, &bytes);
+    return bytes;
+}
+
+void fx_dec_quantize_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                               const float *src, int64_t n, int64_t n_in, int nw,
+                               const struct fx_mat *const *ws) {
+    const struct fx_kernels *k = ctx->k;
+    uint64_t quantized = 0; /* bit t: src already quantized to type t */
+    for (int i = 0; i < nw; i++) {
+        enum fx_type t = k->types[ws[i]->type].vec_dot_type;
+        if (t == FX_TYPE_F32 || (quantized >> t) & 1)
+            continue;
+        fx_quantize_act(k, t, src, n_in, n, n_in, ctx->s.act[t], act_row_bytes(t, n_in), w->ith,
+                        w->nth);
+        quantized |= 1ull << t;
+    }
+    if (quantized)
+        fx_par_barrier(w);
+}
+
+const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
+                            int64_t n_in, int64_t r, uint64_t *stride) {
+    enum fx_type t = ctx->k->types[w_type].vec_dot_type;
+    if (t == FX_TYPE_F32) {
+        *stride = (uint64_t)n_in * sizeof(float);
+        return src + r * n_in;
+    }
+    *stride = act_row_bytes(t, n_in);
+    return (const uint8_t *)ctx->s.act[t] + (uint64_t)r * *stride;
+}
+
+void fx_dec_project_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                              const float *src, int64_t n, int64_t n_in, int nw,
+                              const struct fx_mat *const *ws, float *const *outs) {
+    fx_dec_quantize_on_worker(w, ctx, src, n, n_in, nw, ws);
+    for (int i = 0; i < nw; i++) {
+        uint64_t stride;
+        const void *act = fx_dec_act_rows(ctx, ws[i]->type, src, n_in, 0, &stride);
+        fx_matmul(ctx->k, ws[i], act, stride, n, outs[i], ws[i]->ne1, w->ith, w->nth);
+    }
+    fx_par_barrier(w);
+}
+
+/* x[i] = embedding of token i, times the architecture's embedding scale. */
+static void embed_on_worker(const struct fx_worker *w, const struct fx_chunk *c) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_model *m = ctx->model;
+    const struct fx_mat *e = &m->tok_embd;
+    int64_t dim = m->hp.n_embd;
+    int64_t b, end;
+    fx_par_range(c->n, w->ith, w->nth, 1, &b, &end);
+    for (int64_t i = b; i < end; i++) {
+        fx_token t = c->f->tokens[c->row0 + i];
+        float *x = ctx->s.x + i * dim;
+        ctx->k->types[e->type].to_float((const uint8_t *)e->data + (uint64_t)t * e->row_bytes, x,
+                                        dim);
+        if (m->hp.embd_scale != 1.0f)
+            ctx->k->scale(x, x, m->hp.embd_scale, dim);
+    }
+    fx_par_barrier(w);
+    fx_dec_dump(w, c, "inp_embd", -1, ctx->s.x, c->n, dim);
+}
+
+/* The rows of the chunk that produce output: all of them, the call's last row only, or (hidden
+ * states only) all of them without logits. */
+static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c) {
+    const struct fx_fwd *f = c->f;
+    const struct fx_context *ctx = f->ctx;
+    const struct fx_model *m = ctx->model;
+    int64_t dim = m->hp.n_embd, n_vocab = m->hp.n_vocab;
+    int64_t r0 = 0, nr = c->n;
+    if (f->logits_rows == FX_LOGITS_LAST) {
+        if (c->row0 + c->n != f->n)
+            return; /* the call's last row is in a later chunk */
+        r0 = c->n - 1;
+        nr = 1;
+    }
+    float *xn = ctx->s.xn + r0 * dim;
+    fx_dec_norm_rows_on_worker(w, ctx, xn, ctx->s.x + r0 * dim, m->output_norm, nr, dim);
+    fx_par_barrier(w);
+    fx_dec_dump(w, c, "result_norm", -1, xn, nr, dim);
+    if (f->hidden) {
+        int64_t b, e;
+        fx_par_range(nr, w->ith, w->nth, 1, &b, &e);
+        memcpy(f->hidden + (c->row0 + r0 + b) * dim, xn + b * dim,
+               (size_t)((e - b) * dim) * sizeof(float));
+    }
+    if (f->logits_rows == FX_LOGITS_NONE)
+        return;
+    float *logits = f->logits_rows == FX_LOGITS_LAST ? f->logits : f->logits + c->row0 * n_vocab;
+    const struct fx_mat *ws[1] = {&m->output};
+    float *outs[1] = {logits};
+    fx_dec_project_on_worker(w, ctx, xn, nr, dim, 1, ws, outs);
+    if (m->hp.final_softcap > 0.0f) {
+        int64_t b, e;
+        fx_par_range(nr, w->ith, w->nth, 1, &b, &e);
+        for (int64_t i = b; i < e; i++)
+            ctx->k->softcap(logits + i * n_vocab, n_vocab, m->hp.final_softcap);
+        fx_par_barrier(w);
+    }
+    fx_dec_dump(w, c, "result_output", -1, logits, nr, n_vocab);
+}
+
+void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
+    const struct fx_fwd *f = arg;
+    const struct fx_context *ctx = f->ctx;
+    const struct fx_model *m = ctx->model;
+    for (int64_t row0 = 0; row0 < f->n; row0 += ctx->n_batch) {
+        struct fx_chunk c = {
+            .f = f,
+            .row0 = row0,
+            .n = f->n - row0 < ctx->n_batch ? f->n - row0 : ctx->n_batch,
+            .kv = {.kind = FX_KV_CONTIG,
+                   .u.contig = {.kv = &f->ctx->kv, .pos0 = f->pos0 + (int32_t)row0}},
+        };
+        embed_on_worker(w, &c);
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            fx_attn_block_on_worker(w, &c, il);
+            if (m->hp.n_expert > 0)
+                fx_moe_block_on_worker(w, &c, il);
+            else
+                fx_ffn_block_on_worker(w, &c, il);
+        }
+        output_on_worker(w, &c);
+        /* The next chunk overwrites the scratch every worker may still be reading. */
+        fx_par_barrier(w);
+    }
+}

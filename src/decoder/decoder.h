@@ -1,0 +1,144 @@
+/* Decoder internals shared by entry.c (the public wrappers), decoder.c (the forward body and the
+ * context), attn_block.c, ffn_block.c and moe_block.c.
+ *
+ * A forward call is prepared and validated outside the pool (fx_fwd_prepare), runs as one body
+ * on every worker (fx_forward_on_worker: one cold pool entry, parallel regions separated by
+ * barriers), and is committed afterwards (fx_fwd_finish). Bodies run as `*_on_worker` functions
+ * and never allocate: every buffer is planned at context creation. */
+#ifndef FX_DECODER_DECODER_H
+#define FX_DECODER_DECODER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/par.h"
+#include "ferrox.h"
+#include "kernels/kernels.h"
+#include "kv/kv.h"
+#include "model/model.h"
+
+/* Query rows attended together per KV head (see attn_block.c). */
+#define FX_ATT_BLOCK_ROWS 16
+
+/* The most experts a model may have (the loader rejects more). */
+#define FX_MAX_EXPERTS 4096
+
+/* Scratch for up to n_batch rows per chunk. n_ffn_rows is n_batch for dense models and
+ * n_batch * n_expert_used for mixtures of experts (one row per selected expert). */
+struct fx_scratch {
+    float *x;      /* [n_batch][n_embd] residual stream */
+    float *xn;     /* [n_batch][n_embd] normed input of the current block */
+    float *q;      /* [n_batch][n_head * head_dim] */
+    float *k;      /* [n_batch][n_head_kv * head_dim] this step's new keys */
+    float *v;      /* [n_batch][n_head_kv * head_dim_v] this step's new values */
+    float *att;    /* [n_batch][n_head * head_dim_v] attention output before its projection */
+    float *h;      /* [n_batch][n_embd] a block's output before the residual add */
+    float *gate;   /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
+    float *up;     /* [n_ffn_rows][n_ff_max] */
+    float *scores; /* [n_threads][scores_per_worker]: attention scores of one block per worker,
+                    * [FX_ATT_BLOCK_ROWS][n_head / n_head_kv][n_ctx] */
+    /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
+     * it does not use, and for F32, which reads the f32 rows directly):
+     * [n_ffn_rows][act_row_bytes[type]]. */
+    void *act[FX_TYPE_COUNT];
+    /* Mixture of experts. */
+    float *router;        /* [n_batch][n_expert] router logits */
+    int32_t *sel;         /* [n_batch][n_expert_used] selected experts, best first */
+    float *sel_w;         /* [n_batch][n_expert_used] their weights */
+    int32_t *slot;        /* [n_batch][n_expert_used] grouped slot of each selection */
+    int32_t *slot_row;    /* [n_ffn_rows] the row each grouped slot belongs to */
+    int32_t *slot_expert; /* [n_ffn_rows] the expert of each grouped slot */
+    int32_t *expert_off;  /* [n_expert + 1] first grouped slot of each expert */
+    float *xg;            /* [n_ffn_rows][n_embd] normed rows gathered by expert */
+    float *yg;            /* [n_ffn_rows][n_embd] expert outputs by grouped slot */
+    /* Rope (cos, sin) per position: [n_ctx][n_rot / 2][2] for global layers ([0]) and
+     * sliding-window layers ([1], the same table when their rope does not differ). */
+    const float *rope[2];
+};
+
+struct fx_context {
+    const struct fx_model *model;
+    const struct fx_kernels *k;
+    struct fx_pool *pool;
+    int32_t n_ctx, n_batch, n_ffn_rows;
+    int64_t scores_per_worker; /* floats of attention scores each worker owns */
+    struct fx_kv_contig kv;
+    struct fx_scratch s;
+    void *arena; /* the one allocation behind every scratch buffer */
+    const char *dump_dir;
+};
+
+/* Which rows of a call get logits. */
+enum fx_logits_rows { FX_LOGITS_NONE, FX_LOGITS_ALL, FX_LOGITS_LAST };
+
+/* One forward call, shared read-only by every worker. */
+struct fx_fwd {
+    struct fx_context *ctx;
+    const fx_token *tokens; /* [n] */
+    int64_t n;
+    int32_t pos0;
+    enum fx_logits_rows logits_rows;
+    float *logits; /* [n][n_vocab] (ALL) or [n_vocab] (LAST) */
+    float *hidden; /* [n][n_embd] final normed hidden states, or NULL */
+};
+
+/* One chunk of at most n_batch rows of a call; every worker computes the same value. */
+struct fx_chunk {
+    const struct fx_fwd *f;
+    int64_t row0; /* first row of the call in this chunk */
+    int64_t n;
+    struct fx_kv_step kv;
+};
+
+/* Checks everything that can fail (tokens, positions, capacity) before the pool is entered, so
+ * that the body cannot fail halfway (ARCHITECTURE.md rule 4). */
+fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
+                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
+                         struct fx_error *err);
+/* The forward body every worker runs (one fx_par_run). */
+void fx_forward_on_worker(const struct fx_worker *w, void *arg);
+/* After the run: records how far the cache is filled. */
+void fx_fwd_finish(const struct fx_fwd *f);
+
+/* ---- blocks (each ends with a barrier; x holds the residual stream in and out) ---- */
+
+void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
+void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
+void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
+
+/* ---- shared steps ---- */
+
+/* out[i] = rms_norm(in[i]) * weight for this worker's share of n rows of dim floats. No
+ * barrier. */
+void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx, float *out,
+                                const float *in, const float *weight, int64_t n, int64_t dim);
+
+/* outs[i] = src * ws[i]^T for n rows of n_in floats (rows n_in apart; outs[i] rows ws[i]->ne1
+ * apart): quantizes src once per activation format the weights need, then every worker computes
+ * its share of each matmul. Ends with a barrier. */
+void fx_dec_project_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                              const float *src, int64_t n, int64_t n_in, int nw,
+                              const struct fx_mat *const *ws, float *const *outs);
+
+/* The two halves of fx_dec_project_on_worker, for callers that run several matmuls over parts of
+ * one input (the experts). quantize: src into the activation buffer of each format ws need,
+ * followed by a barrier when anything was quantized. act_rows: where row r of src is in the
+ * format `w_type` is dotted with, and the stride of such rows. */
+void fx_dec_quantize_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                               const float *src, int64_t n, int64_t n_in, int nw,
+                               const struct fx_mat *const *ws);
+const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
+                            int64_t n_in, int64_t r, uint64_t *stride);
+
+/* gate[r] = act(gate[r]) * up[r] for rows r0 <= r < r1 of n_ff floats, with the model's gated
+ * activation. */
+void fx_dec_gated_act_rows(const struct fx_context *ctx, float *gate, const float *up, int64_t n_ff,
+                           int64_t r0, int64_t r1);
+
+/* FERROX_DUMP: worker 0 writes n rows of dim floats as DIR/<name>-<il>.bin (il < 0:
+ * DIR/<name>.bin), replacing the file of the previous call. Called after the barrier that completes
+ * buf. */
+void fx_dec_dump(const struct fx_worker *w, const struct fx_chunk *c, const char *name, int il,
+                 const float *buf, int64_t n, int64_t dim);
+
+#endif

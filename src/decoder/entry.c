@@ -1,0 +1,47 @@
+/* The public forward entry points. Each validates its call, enters the worker pool exactly once
+ * (ARCHITECTURE.md rule 1: fx_par_cold_entries() grows by one per call, whatever the number of
+ * layers), and records the new cache length. Nothing else in the library defines a public
+ * fx_forward_* function; a test checks it. */
+#include "core/error.h"
+#include "decoder/decoder.h"
+
+static fx_status forward(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
+                         enum fx_logits_rows rows, float *logits, float *hidden,
+                         struct fx_error *err) {
+    struct fx_fwd f;
+    fx_status st = fx_fwd_prepare(ctx, tokens, n, pos0, rows, logits, hidden, &f, err);
+    if (st)
+        return st;
+    st = fx_par_run(ctx->pool, fx_forward_on_worker, &f);
+    if (st)
+        return fx_error_set(err, st, FX_NO_OFFSET,
+                            "a forward pass cannot run inside another parallel region");
+    fx_fwd_finish(&f);
+    return FX_OK;
+}
+
+fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, float *logits,
+                           struct fx_error *err) {
+    return forward(ctx, &token, 1, pos, FX_LOGITS_ALL, logits, NULL, err);
+}
+
+fx_status fx_forward_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
+                           float *logits, struct fx_error *err) {
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, NULL, err);
+}
+
+fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                       int32_t pos0, float *logits, float *hidden,
+                                       struct fx_error *err) {
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, err);
+}
+
+fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                int32_t pos0, float *logits, struct fx_error *err) {
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits, NULL, err);
+}
+
+fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                  int32_t pos0, float *hidden, struct fx_error *err) {
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_NONE, NULL, hidden, err);
+}

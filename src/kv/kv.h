@@ -1,0 +1,81 @@
+/* The contiguous KV cache of one sequence, and the step descriptor that tells the attention block
+ * where each row of a forward step writes and reads its keys and values.
+ *
+ * K and V are stored as f32: the goldens' tightest reference (llama.cpp with an f32 cache) is then
+ * reproduced to ~1e-5, nothing is rounded between the projection and the dot product, and at the
+ * context sizes of the small models ferrox targets first the cache is a small fraction of the
+ * weights. An f16 cache is a later option for long contexts. */
+#ifndef FX_KV_KV_H
+#define FX_KV_KV_H
+
+#include <stdint.h>
+
+#include "ferrox.h"
+
+struct fx_kv_contig {
+    int32_t n_layer;
+    int32_t n_ctx;
+    int64_t k_dim, v_dim; /* floats per row: n_head_kv * head_dim, n_head_kv * head_dim_v */
+    float *k;             /* [n_layer][n_ctx][k_dim] */
+    float *v;             /* [n_layer][n_ctx][v_dim] */
+    int32_t n_filled;     /* positions 0..n_filled-1 hold rows written by forward passes */
+};
+
+fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_ctx, int64_t k_dim,
+                            int64_t v_dim, struct fx_error *err);
+void fx_kv_contig_release(struct fx_kv_contig *kv);
+
+static inline float *fx_kv_contig_k(const struct fx_kv_contig *kv, int il, int64_t pos) {
+    return kv->k + ((int64_t)il * kv->n_ctx + pos) * kv->k_dim;
+}
+
+static inline float *fx_kv_contig_v(const struct fx_kv_contig *kv, int il, int64_t pos) {
+    return kv->v + ((int64_t)il * kv->n_ctx + pos) * kv->v_dim;
+}
+
+/* Where the rows of one forward step keep their K and V. The attention block is written once
+ * against this; each backing is a kind (paged and multi-sequence steps join as new kinds). */
+enum fx_kv_kind {
+    FX_KV_CONTIG, /* rows 0..n-1 are positions pos0..pos0+n-1 of one contiguous cache */
+};
+
+struct fx_kv_step {
+    enum fx_kv_kind kind;
+    union {
+        struct {
+            struct fx_kv_contig *kv;
+            int32_t pos0;
+        } contig;
+    } u;
+};
+
+/* The position of step row i in its sequence. */
+static inline int32_t fx_kv_step_pos(const struct fx_kv_step *s, int64_t i) {
+    switch (s->kind) {
+    case FX_KV_CONTIG:
+        return s->u.contig.pos0 + (int32_t)i;
+    }
+    return -1;
+}
+
+/* K (and V) of the key at position pos of row i's sequence, in layer il; row i writes its own
+ * K and V at pos = fx_kv_step_pos(s, i). */
+static inline float *fx_kv_step_k(const struct fx_kv_step *s, int il, int64_t i, int64_t pos) {
+    (void)i; /* one sequence: every row reads the same cache */
+    switch (s->kind) {
+    case FX_KV_CONTIG:
+        return fx_kv_contig_k(s->u.contig.kv, il, pos);
+    }
+    return NULL;
+}
+
+static inline float *fx_kv_step_v(const struct fx_kv_step *s, int il, int64_t i, int64_t pos) {
+    (void)i;
+    switch (s->kind) {
+    case FX_KV_CONTIG:
+        return fx_kv_contig_v(s->u.contig.kv, il, pos);
+    }
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,123 @@
+/* A loaded model: hyper-parameters and weight views, described as data so that one decoder runs
+ * every architecture (ARCHITECTURE.md section 5). Each family under model/arch/ fills this
+ * description from its GGUF keys and tensors; the decoder reads only the description, never the
+ * architecture name.
+ *
+ * A model is immutable once loaded and may be shared by any number of contexts and threads.
+ * Weight matrices point into the read-only mapping of the GGUF file; small vectors (norms,
+ * biases, sinks) are owned f32 copies. */
+#ifndef FX_MODEL_MODEL_H
+#define FX_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ferrox.h"
+#include "kernels/kernels.h"
+
+/* How positions are turned into rotation angles, as llama.cpp defines them: theta_i = pos *
+ * freq_scale * base^(-2i/n_rot) / freq_factors[i], with YaRN blending when ext_factor > 0. */
+struct fx_rope_config {
+    enum fx_rope_mode kind; /* FX_ROPE_NORMAL or FX_ROPE_NEOX (kernels.h) */
+    int32_t n_rot;          /* rotated dimensions per head (even, <= head_dim) */
+    float freq_base;        /* base of global layers */
+    float freq_base_swa;    /* base of sliding-window layers (gemma3); equals freq_base otherwise */
+    float freq_scale;       /* 1 / linear or YaRN factor; 1 when unscaled */
+    float freq_scale_swa;   /* the same for sliding-window layers (gemma3 leaves them unscaled) */
+    float ext_factor;       /* YaRN extrapolation mix; 0 when YaRN is off */
+    float attn_factor;      /* YaRN magnitude factor before the log correction; 1 by default */
+    float beta_fast, beta_slow;
+    int32_t n_ctx_orig;        /* training context YaRN corrects against */
+    const float *freq_factors; /* [n_rot / 2] divisors (llama3 rope_freqs.weight), or NULL */
+};
+
+enum fx_ffn_act {
+    FX_FFN_SILU,       /* down(silu(gate x) * up x) */
+    FX_FFN_GELU,       /* down(gelu_tanh(gate x) * up x) */
+    FX_FFN_SWIGLU_OAI, /* gpt-oss: min(g, L) * sigmoid(1.702 min(g, L)) * (clamp(u, -L, L) + 1) */
+};
+
+enum fx_router_kind {
+    FX_ROUTER_SOFTMAX_TOPK, /* softmax over all experts, keep the top k (qwen3moe, mixtral) */
+    FX_ROUTER_TOPK_SOFTMAX, /* keep the top k logits, softmax over those (gpt-oss) */
+};
+
+struct fx_hparams {
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head, n_head_kv;
+    int32_t head_dim;                          /* K (and Q) head size */
+    int32_t head_dim_v;                        /* V head size */
+    int32_t n_ff;                              /* dense FFN width (0 when every layer is MoE) */
+    int32_t n_expert, n_expert_used, n_ff_exp; /* 0 for dense models */
+
+    float rms_eps;
+    float embd_scale;    /* multiplies the input embedding (sqrt(n_embd) for gemma), else 1 */
+    float attn_scale;    /* multiplies Q K^T */
+    float attn_softcap;  /* s = c tanh(s / c) on attention logits; 0 = off */
+    float final_softcap; /* the same on output logits; 0 = off */
+    int32_t n_swa;       /* window of sliding layers: key visible iff pos - key_pos < n_swa */
+
+    enum fx_ffn_act act;
+    float act_limit; /* clamp L of FX_ACT_SWIGLU_OAI */
+    enum fx_router_kind router;
+    bool expert_weights_norm; /* renormalise the selected experts' weights to sum 1 */
+
+    struct fx_rope_config rope;
+};
+
+/* The experts of one MoE weight: n_expert matrices of `per` shape stored back to back. */
+struct fx_experts {
+    struct fx_mat per; /* one expert's matrix; `data` is expert 0 */
+    int64_t n_expert;
+    uint64_t expert_bytes; /* distance between consecutive experts */
+};
+
+/* One transformer block. Optional parts are NULL (vectors) or have data == NULL (matrices). */
+struct fx_layer {
+    bool swa;              /* sliding-window attention on this layer */
+    float rope_base;       /* this layer's rope base */
+    float rope_freq_scale; /* this layer's rope frequency scale */
+
+    const float *attn_norm; /* [n_embd] */
+    struct fx_mat wq, wk, wv,
+        wo; /* [n_head*hd][n_embd], [n_kv*hd][n_embd], ..., [n_embd][n_head*hd_v] */
+    const float *bq, *bk, *bv, *bo; /* biases or NULL */
+    const float *q_norm, *k_norm;   /* [head_dim] per-head RMS norm weights or NULL */
+    const float *sinks;             /* [n_head] attention sink logits or NULL */
+    const float *post_attn_norm;    /* [n_embd] norm of the attention output, or NULL */
+
+    const float *ffn_norm;                    /* [n_embd] pre-FFN norm */
+    struct fx_mat ffn_gate, ffn_up, ffn_down; /* dense FFN (data NULL on MoE layers) */
+    const float *post_ffn_norm;               /* [n_embd] norm of the FFN output, or NULL */
+
+    struct fx_mat router;  /* [n_expert][n_embd] (data NULL on dense layers) */
+    const float *router_b; /* [n_expert] or NULL */
+    struct fx_experts gate_exps, up_exps, down_exps;
+    const float *gate_exps_b, *up_exps_b; /* [n_expert][n_ff_exp] or NULL */
+    const float *down_exps_b;             /* [n_expert][n_embd] or NULL */
+};
+
+struct fx_model {
+    struct fx_gguf *file; /* owns the mapping every fx_mat points into */
+    char arch[32];
+    struct fx_hparams hp;
+    struct fx_mat tok_embd;   /* [n_vocab][n_embd] */
+    const float *output_norm; /* [n_embd] */
+    struct fx_mat output;     /* [n_vocab][n_embd]; equals tok_embd when tied */
+    bool tied_output;
+    struct fx_layer *layers; /* [n_layer] */
+    float **vecs;            /* every owned vector copy, freed with the model */
+    int64_t n_vecs, cap_vecs;
+};
+
+/* The matrix of expert e. */
+static inline struct fx_mat fx_experts_get(const struct fx_experts *x, int64_t e) {
+    struct fx_mat m = x->per;
+    m.data = (const uint8_t *)x->per.data + (uint64_t)e * x->expert_bytes;
+    return m;
+}
+
+#endif

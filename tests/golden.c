@@ -1,0 +1,69 @@
+#include "golden.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fx_test.h"
+
+static int read_ids(json_t *root, const char *field, fx_token *out) {
+    json_t *a = json_object_get(root, field);
+    if (!json_is_array(a) || json_array_size(a) > FX_GOLDEN_MAX_IDS)
+        fail_msg("golden field '%s' is not a short array", field);
+    for (size_t i = 0; i < json_array_size(a); i++)
+        out[i] = (fx_token)json_integer_value(json_array_get(a, i));
+    return (int)json_array_size(a);
+}
+
+static void read_floats(json_t *root, const char *field, float *out, int n) {
+    json_t *a = json_object_get(root, field);
+    if (!json_is_array(a) || (int)json_array_size(a) != n)
+        fail_msg("golden field '%s' has the wrong length", field);
+    for (int i = 0; i < n; i++)
+        out[i] = (float)json_number_value(json_array_get(a, (size_t)i));
+}
+
+static float *read_logits(const char *rel, int n_rows, int n_vocab) {
+    size_t size;
+    char *data = fx_test_read_file(fx_test_fixture(rel), &size);
+    if (size != (size_t)n_rows * (size_t)n_vocab * sizeof(float))
+        fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, n_rows, n_vocab);
+    return (float *)data;
+}
+
+void fx_test_golden_load(const char *stem, struct fx_golden *g) {
+    memset(g, 0, sizeof *g);
+    char rel[256];
+    snprintf(rel, sizeof rel, "golden/%s.json", stem);
+    const char *path = fx_test_fixture(rel);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s: %s", path, jerr.text);
+    const char *model = json_string_value(json_object_get(root, "model_file"));
+    assert_non_null(model);
+    /* stories260K lives beside the fixtures, in the models folder. */
+    const char *resolved =
+        strncmp(model, "../models/", 10) == 0 ? fx_test_model(model + 10) : fx_test_fixture(model);
+    snprintf(g->model_path, sizeof g->model_path, "%s", resolved);
+    g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
+    g->n_prompt = read_ids(root, "prompt_ids", g->prompt);
+    g->n_gen = read_ids(root, "greedy_ids", g->greedy);
+    read_floats(root, "greedy_top1_minus_top2", g->greedy_margin, g->n_gen);
+    read_ids(root, "prompt_argmax", g->prompt_argmax);
+    read_floats(root, "prompt_top1_minus_top2", g->prompt_margin, g->n_prompt);
+    g->self_noise =
+        (float)json_number_value(json_object_get(root, "batched_vs_sequential_max_abs_diff"));
+    g->logits = read_logits(json_string_value(json_object_get(root, "logits_file")), g->n_prompt,
+                            g->n_vocab);
+    json_t *kvf32 = json_object_get(json_object_get(root, "flash_attn_off_kv_f32"), "logits_file");
+    if (json_is_string(kvf32))
+        g->logits_kvf32 = read_logits(json_string_value(kvf32), g->n_prompt, g->n_vocab);
+    json_decref(root);
+}
+
+void fx_test_golden_free(struct fx_golden *g) {
+    free(g->logits);
+    free(g->logits_kvf32);
+    g->logits = g->logits_kvf32 = NULL;
+}

@@ -1,0 +1,30 @@
+/* Test helper: the llama.cpp goldens of the shared fixtures (fixtures/README.md section 2): the
+ * prompt, all-position logits, the greedy continuation with its margins. */
+#ifndef FX_TEST_GOLDEN_H
+#define FX_TEST_GOLDEN_H
+
+#include <limits.h>
+
+#include "ferrox.h"
+
+#define FX_GOLDEN_MAX_IDS 128
+
+struct fx_golden {
+    char model_path[PATH_MAX];
+    int n_prompt, n_gen, n_vocab;
+    fx_token prompt[FX_GOLDEN_MAX_IDS];
+    fx_token greedy[FX_GOLDEN_MAX_IDS];
+    float greedy_margin[FX_GOLDEN_MAX_IDS]; /* top1 - top2 logit at each greedy step */
+    fx_token prompt_argmax[FX_GOLDEN_MAX_IDS];
+    float prompt_margin[FX_GOLDEN_MAX_IDS];
+    float self_noise;    /* llama.cpp batched vs sequential max |diff| on this file */
+    float *logits;       /* [n_prompt][n_vocab], f16 KV cache (the default) */
+    float *logits_kvf32; /* the same with an f32 KV cache (F32 files only), else NULL */
+};
+
+/* Loads golden/<stem>.json (e.g. "llama-tiny.F32.P1", "stories260K.once"); skips the test when
+ * the fixtures are absent (fails under CI=true). */
+void fx_test_golden_load(const char *stem, struct fx_golden *g);
+void fx_test_golden_free(struct fx_golden *g);
+
+#endif
