@@ -364,6 +364,13 @@ const struct fx_kernels fx_kernels_avx2_part = {
             [FX_TYPE_Q5_K] = R16_OPS(vec_dot_q5_K),
             [FX_TYPE_Q6_K] = R16_OPS(vec_dot_q6_K),
         },
+    .rms_norm = fx_avx2_rms_norm,
+    .softmax = fx_avx2_softmax,
+    .act = {[FX_ACT_SILU] = fx_avx2_silu},
+    .glu = {[FX_ACT_SILU] = fx_avx2_swiglu},
+    .add = fx_avx2_add,
+    .scale = fx_avx2_scale,
+    .axpy = fx_avx2_axpy,
 };
 
 #endif

@@ -108,4 +108,13 @@ void fx_avx2_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
 void fx_avx2_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
                        struct fx_r16_meta *meta);
 
+/* Row operations (x86_avx2_rows.c), with the shapes of kernels.h's entries. */
+void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, float eps);
+void fx_avx2_softmax(float *x, int64_t n, float sink);
+void fx_avx2_silu(float *out, const float *x, int64_t n);
+void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n);
+void fx_avx2_add(float *out, const float *a, const float *b, int64_t n);
+void fx_avx2_scale(float *out, const float *x, float s, int64_t n);
+void fx_avx2_axpy(float *y, const float *x, float a, int64_t n);
+
 #endif
