@@ -159,11 +159,13 @@ PACK_INLINE void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_
 /* Every block of the run, every row: the loops of fx_r16_pack for one format. */
 PACK_INLINE void pack_blocks(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int n_rows,
                              int64_t b0, int64_t n_blocks, uint8_t *dst, size_t pbytes) {
+    const bool k_format = type == FX_TYPE_Q2_K || type == FX_TYPE_Q3_K || type == FX_TYPE_Q4_K ||
+                          type == FX_TYPE_Q5_K || type == FX_TYPE_Q6_K;
     const uint64_t bbytes = (uint64_t)fx_type_block_bytes(type);
     for (int64_t b = 0; b < n_blocks; b++, dst += pbytes) {
         const uint8_t *src = rows + (uint64_t)(b0 + b) * bbytes;
         for (int r = 0; r < n_rows; r++, src += row_bytes) {
-            if (fx_type_block_elems(type) == FX_QK_K)
+            if (k_format)
                 pack_row_k(type, src, r, dst);
             else
                 pack_row_32(type, src, r, dst);
