@@ -73,8 +73,12 @@ PACK_INLINE void pack_row_32(enum fx_type type, const uint8_t *src, int r, uint8
             put_u16(dst + 32 + 2 * r, src + 2);
         uint32_t bits;
         memcpy(&bits, qh, 4); /* bit j: the fifth bit of element j */
-        for (int g = 0; g < 8; g++)
-            or_u64(mask + 8 * g, (uint64_t)((bits >> (4 * g)) & 15) << (4 * r));
+        for (int e = 0; e < 4; e++) {
+            uint8_t plane = 0; /* bit g: element 4g + e */
+            for (int g = 0; g < 8; g++)
+                plane |= (uint8_t)(((bits >> (4 * g + e)) & 1) << g);
+            mask[4 * r + e] = plane;
+        }
         for (int i = 0; i < 4; i++)
             put_lane(q + 64 * i, r, qs + 4 * i, 0);
         return;

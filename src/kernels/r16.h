@@ -14,9 +14,9 @@
  *   Q4_0  (288): d[16] | qs[4 i][16 r][4] = the row's qs[4i..4i+3]: low nibbles are elements
  *                4i.., high nibbles 16+4i.. (groups i and i+4)
  *   Q4_1  (320): d[16] | m[16] | qs as Q4_0
- *   Q5_0  (352): d[16] | hmask[8 g] u64 | qs as Q4_0; bit 4r+e of hmask[g] is the fifth bit
- *                of element 4g+e of row r
- *   Q5_1  (384): d[16] | m[16] | hmask | qs
+ *   Q5_0  (352): d[16] | hbits[16 r][4 e] | qs as Q4_0; bit g of hbits[r][e] is the fifth
+ *                bit of element 4g+e of row r (one shift brings group g's bits to bit 4)
+ *   Q5_1  (384): d[16] | m[16] | hbits | qs
  *   MXFP4 (272): e[16] | qs as Q4_0
  *   Q2_K (1344): d[16] | dmin[16] | scales[8 t][16 r][2] (the row's scale bytes 2t, 2t+1:
  *                4-bit scale low, 4-bit min high) | qs[2 n][8 g][16 r][4] = qs[32n+4g..]

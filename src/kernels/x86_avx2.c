@@ -171,6 +171,7 @@ static float quantize_block_32(const float *src, int8_t *qs, int32_t *sum) {
     const __m256 sign_bit = _mm256_set1_ps(-0.0f);
     __m256 v[4];
     __m256 amax = _mm256_setzero_ps();
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         v[k] = _mm256_loadu_ps(src + 8 * k);
         amax = _mm256_max_ps(_mm256_andnot_ps(sign_bit, v[k]), amax);
@@ -178,6 +179,7 @@ static float quantize_block_32(const float *src, int8_t *qs, int32_t *sum) {
     float max = hmax_f32x8(amax);
     __m256 id = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
     __m256i q[4];
+#pragma GCC unroll 4
     for (int k = 0; k < 4; k++) {
         __m256 c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], id), _mm256_set1_ps(-127.0f)),
                                  _mm256_set1_ps(127.0f));
@@ -234,6 +236,7 @@ static void quantize_act_q8_K(const float *restrict src, void *restrict dst, int
         __m256 is = _mm256_set1_ps(iscale);
         for (int k = 0; k < FX_QK_K; k += 32) {
             __m256i q[4];
+#pragma GCC unroll 4
             for (int l = 0; l < 4; l++) {
                 __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(is, _mm256_loadu_ps(src + k + 8 * l)));
                 q[l] = _mm256_min_epi32(_mm256_max_epi32(v, _mm256_set1_epi32(-127)),

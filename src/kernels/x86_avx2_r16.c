@@ -74,8 +74,13 @@ FX_INLINE __m256i q32_codes(enum fx_type type, const uint8_t *p, int h, int g) {
         return _mm256_xor_si256(load256(p + 32 + 64 * g + 32 * h), _mm256_set1_epi8(-128));
     __m256i x = load256(p + q32_qs(type) + 64 * (g % 4) + 32 * h);
     __m256i q = g < 4 ? nib_lo(x) : nib_hi(x);
-    if (q32_hmask(type))
-        q = add_where(q, load_u32(p + q32_hmask(type) + 8 * g + 4 * h), 16);
+    if (q32_hmask(type)) { /* bit g of each plane byte to bit 4 (see x86_avx512_q32.c) */
+        __m256i planes = load256(p + q32_hmask(type) + 32 * h);
+        __m256i moved = g < 4   ? _mm256_slli_epi16(planes, 4 - g)
+                        : g > 4 ? _mm256_srli_epi16(planes, g - 4)
+                                : planes;
+        q = _mm256_or_si256(q, _mm256_and_si256(moved, _mm256_set1_epi8(0x10)));
+    }
     if (type == FX_TYPE_MXFP4) /* doubled E2M1 values plus 12 */
         q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_setr_epi8(
                                     12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0)),

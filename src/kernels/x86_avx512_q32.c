@@ -39,6 +39,15 @@ FX_INLINE __m512 e8m0_half_x16(const uint8_t *p) {
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
 }
 
+/* x | bit 4 taken from bit g of each byte of planes (vpternlogd: A | (B & C)). A 16-bit shift
+ * moves bit g of a byte to bit 4 of the same byte for every g in 0..7. */
+FX_INLINE __m512i or_bit4(__m512i x, __m512i planes, int g) {
+    __m512i moved = g < 4   ? _mm512_slli_epi16(planes, 4 - g)
+                    : g > 4 ? _mm512_srli_epi16(planes, g - 4)
+                            : planes;
+    return _mm512_ternarylogic_epi32(x, moved, _mm512_set1_epi8(0x10), 0xf8);
+}
+
 FX_INLINE void q32_decode(enum fx_type type, const uint8_t *p, struct q32_block *b) {
     if (type == FX_TYPE_Q8_0) {
         b->d = fp16x16(p);
@@ -80,9 +89,12 @@ FX_INLINE void q32_decode(enum fx_type type, const uint8_t *p, struct q32_block 
         b->q[i] = nib_lo(x);
         b->q[i + 4] = nib_hi(x);
     }
-    for (int g = 0; hmask && g < 8; g++)
-        b->q[g] = _mm512_mask_add_epi8(b->q[g], load_mask64(hmask + 8 * g), b->q[g],
-                                       _mm512_set1_epi8(16));
+    if (hmask) {
+        __m512i planes = load512(hmask);
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++)
+            b->q[g] = or_bit4(b->q[g], planes, g);
+    }
     if (type == FX_TYPE_MXFP4)
 #pragma GCC unroll 16
         for (int g = 0; g < 8; g++)
@@ -145,12 +157,15 @@ FX_INLINE void q32_tile(enum fx_type type, int width, const struct fx_r16_tile *
             for (int j = 0; j < width; j++)
                 isum[j] = _mm512_add_epi32(isum[j], odd[j]);
         } else {
+            /* Four rows at a time: 8 codes, 8 accumulators and 4 sums fit the 32 registers. */
 #pragma GCC unroll 16
-            for (int g = 0; g < 8; g++)
+            for (int j0 = 0; j0 < width; j0 += 4)
 #pragma GCC unroll 16
-                for (int j = 0; j < width; j++)
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], w.q[g],
-                                                  bcast4(a + (uint64_t)j * t->act_stride + 4 * g));
+                for (int g = 0; g < 8; g++)
+#pragma GCC unroll 16
+                    for (int j = j0; j < j0 + 4; j++)
+                        isum[j] = _mm512_dpbusd_epi32(
+                            isum[j], w.q[g], bcast4(a + (uint64_t)j * t->act_stride + 4 * g));
         }
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++) {
