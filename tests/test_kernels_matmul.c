@@ -74,10 +74,10 @@ static bool same_bits(float a, float b) {
 /* For one weight format and row length on table k: matmul, packed and not, split 1 and 3 ways,
  * equals the table's vec_dot bit for bit for every pair and writes nothing else; one activation
  * row alone gives the same bits; selected pairs agree with float64 and with generic. */
-static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n,
-                         struct fx_test_rng *rng) {
+static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n, int64_t n_rows,
+                         int64_t n_act, struct fx_test_rng *rng) {
     const struct fx_kernels *g = fx_kernels_named("generic");
-    const int64_t n_rows = 37, n_act = 19, out_stride = n_rows + 3;
+    const int64_t out_stride = n_rows + 3;
     enum fx_type at = k->types[wt].vec_dot_type;
     struct fx_mat w = random_mat(wt, n, n_rows, rng);
     float *x = malloc((size_t)(n * n_act) * sizeof *x);
@@ -127,14 +127,16 @@ static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n,
                                  (long long)j, (double)got, (double)dots[j * n_rows + r]);
                 }
             /* One activation row alone (the decode path) gives the same bits. */
-            float one[40];
-            int64_t jj = 7;
+            float *one = malloc((size_t)n_rows * sizeof *one);
+            assert_non_null(one);
+            int64_t jj = n_act / 2;
             for (int ith = 0; ith < nth; ith++)
                 fx_matmul(k, &m, (const uint8_t *)a + jj * stride, stride, 1, one, 0, ith, nth);
             for (int64_t r = 0; r < n_rows; r++)
                 if (!same_bits(one[r], out[jj * out_stride + r]))
                     fail_msg("%s %s packed=%d: one row %a, batched %a", k->name, fx_type_name(wt),
                              pk, (double)one[r], (double)out[jj * out_stride + r]);
+            free(one);
         }
     }
     /* Against float64 and generic, for the first and the last activation row. */
@@ -165,7 +167,20 @@ FX_TEST(kernels_matmul_matches_vec_dot_packed_and_reference) {
     for (int k = 0; k < n_tables; k++)
         for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
             for (int which = 0; which < 2; which++)
-                check_matmul(tables[k], weight_types[ti], row_len(weight_types[ti], which), &rng);
+                check_matmul(tables[k], weight_types[ti], row_len(weight_types[ti], which), 37, 19,
+                             &rng);
+}
+
+/* A few activation rows (one tile) against long rows: the driver keeps the activations'
+ * metadata for a span of 256 blocks at 8 rows, so 300 blocks take two spans. */
+FX_TEST(kernels_matmul_long_rows_few_activations) {
+    static const enum fx_type types[] = {FX_TYPE_Q8_0, FX_TYPE_Q4_1, FX_TYPE_Q6_K};
+    const struct fx_kernels *tables[3];
+    int n_tables = kref_tables(tables);
+    struct fx_test_rng rng = {35};
+    for (int k = 0; k < n_tables; k++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+            check_matmul(tables[k], types[ti], fx_type_block_elems(types[ti]) * 300, 20, 8, &rng);
 }
 
 /* The SIMD tables run the same float sequence for the quantized formats (r16.h), so where both

@@ -309,6 +309,10 @@ void fx_mat_set_packed(const struct fx_kernels *k, struct fx_mat *w, const void 
  * elements at Q8_0's 17 packed bytes per element, the densest layout. */
 #define PACK_BUF_BYTES (RUN_SMALL * 17)
 _Static_assert(GROUP_UNPACKED *RUN_BIG <= RUN_SMALL, "pack buffer");
+/* Activation metadata kept at once (12 bytes each): for up to 8 activation rows, the whole row
+ * of up to 8192 elements, so that a panel streams from memory in one piece. */
+#define META_ENTRIES 2048
+_Static_assert(META_ENTRIES >= FX_R16_MAX_ACT * (RUN_SMALL / FX_QK), "metadata of a run");
 
 /* The largest tile width (8, 4, 2, 1) that fits in n activation rows. */
 static int tile_width(int64_t n) {
@@ -328,7 +332,7 @@ struct r16_job {
     int64_t out_stride;       /* */
     int64_t r1;               /* end of the share */
     uint8_t *buf;             /* PACK_BUF_BYTES for unpacked weights */
-    struct fx_r16_meta *meta; /* [FX_R16_MAX_ACT][RUN_SMALL / 32] */
+    struct fx_r16_meta *meta; /* [META_ENTRIES] */
 };
 
 /* The run [c0, c0 + nc) of the panel starting at row `row`: from the packed copy, or packed
@@ -348,18 +352,20 @@ static const uint8_t *panel_run(const struct r16_job *j, int64_t row, int64_t c0
 /* Activation rows [j0, j0 + n) (n <= FX_R16_MAX_ACT): what their blocks [c0, c0 + nc) need
  * besides their codes, into meta[j - j0][stride]. */
 static void fill_meta(const struct r16_job *j, int64_t j0, int64_t n, int64_t c0, int64_t nc,
-                      int64_t stride) {
+                      struct fx_r16_meta *meta, int64_t stride) {
     if (!j->k->meta)
         return;
     for (int64_t i = 0; i < n; i++)
         j->k->meta(j->act + (uint64_t)(j0 + i) * j->act_stride + (uint64_t)c0 * j->abytes, nc,
-                   j->bias, j->meta + i * stride);
+                   j->bias, meta + i * stride);
 }
 
-/* Activation rows [j0, j0 + n) (n <= FX_R16_MAX_ACT, their metadata in j->meta) against the
- * runs wp[0..np) of the consecutive panels from row0, in tiles of 8, 4, 2 and 1 rows. */
+/* Activation rows [j0, j0 + n) (n <= FX_R16_MAX_ACT; their metadata at meta, meta_stride
+ * apart, from the run's first block) against the runs wp[0..np) of the consecutive panels from
+ * row0, in tiles of 8, 4, 2 and 1 rows. */
 static void run_tiles(const struct r16_job *j, const uint8_t *const *wp, int np, int64_t row0,
-                      int64_t c0, int64_t nc, int64_t j0, int64_t n, int64_t meta_stride) {
+                      int64_t c0, int64_t nc, int64_t j0, int64_t n, const struct fx_r16_meta *meta,
+                      int64_t meta_stride) {
     for (int64_t done = 0; done < n;) {
         int width = tile_width(n - done);
         for (int i = 0; i < np; i++) {
@@ -369,7 +375,7 @@ static void run_tiles(const struct r16_job *j, const uint8_t *const *wp, int np,
                 .n_blocks = nc,
                 .act = j->act + (uint64_t)(j0 + done) * j->act_stride + (uint64_t)c0 * j->abytes,
                 .act_stride = j->act_stride,
-                .meta = j->meta + done * meta_stride,
+                .meta = meta + done * meta_stride,
                 .meta_stride = meta_stride,
                 .out = j->out + (j0 + done) * j->out_stride + row,
                 .out_stride = j->out_stride,
@@ -387,7 +393,7 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
                    int64_t out_stride) {
     _Alignas(64) uint8_t buf[PACK_BUF_BYTES];
-    struct fx_r16_meta meta[FX_R16_MAX_ACT * (RUN_SMALL / FX_QK)];
+    struct fx_r16_meta meta[META_ENTRIES];
     int64_t qk = fx_type_block_elems(w->type);
     enum fx_type act_type = fx_kernels_generic.types[w->type].vec_dot_type;
     FX_ASSERT(w->type == k->type && r0 % FX_R16_ROWS == 0);
@@ -408,15 +414,19 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
     };
     bool packed = w->packed && w->pack_kind == FX_PACK_R16;
     if (n_act <= FX_R16_MAX_ACT) {
-        /* One tile of activation rows: their metadata once per run, then every panel. */
+        /* One tile of activation rows: their metadata for as long a span of the row as fits
+         * (usually all of it), then each panel streams through that span in runs. */
         int64_t run = RUN_SMALL / qk;
-        for (int64_t c0 = 0; c0 < j.nb; c0 += run) {
-            int64_t nc = j.nb - c0 < run ? j.nb - c0 : run;
-            fill_meta(&j, 0, n_act, c0, nc, run);
-            for (int64_t row = r0; row < r1; row += FX_R16_ROWS) {
-                const uint8_t *wp = panel_run(&j, row, c0, nc, buf);
-                run_tiles(&j, &wp, 1, row, c0, nc, 0, n_act, run);
-            }
+        int64_t span = k->meta ? META_ENTRIES / n_act / run * run : j.nb;
+        for (int64_t s0 = 0; s0 < j.nb; s0 += span) {
+            int64_t ns = j.nb - s0 < span ? j.nb - s0 : span;
+            fill_meta(&j, 0, n_act, s0, ns, meta, span);
+            for (int64_t row = r0; row < r1; row += FX_R16_ROWS)
+                for (int64_t c0 = s0; c0 < s0 + ns; c0 += run) {
+                    int64_t nc = s0 + ns - c0 < run ? s0 + ns - c0 : run;
+                    const uint8_t *wp = panel_run(&j, row, c0, nc, buf);
+                    run_tiles(&j, &wp, 1, row, c0, nc, 0, n_act, meta + (c0 - s0), span);
+                }
         }
         return;
     }
@@ -435,8 +445,8 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
                                   buf + (size_t)i * (size_t)run * j.pbytes);
             for (int64_t j0 = 0; j0 < n_act; j0 += FX_R16_MAX_ACT) {
                 int64_t n = n_act - j0 < FX_R16_MAX_ACT ? n_act - j0 : FX_R16_MAX_ACT;
-                fill_meta(&j, j0, n, c0, nc, run);
-                run_tiles(&j, wp, np, g0, c0, nc, j0, n, run);
+                fill_meta(&j, j0, n, c0, nc, meta, run);
+                run_tiles(&j, wp, np, g0, c0, nc, j0, n, meta, run);
             }
         }
     }
