@@ -288,24 +288,34 @@ static void matmul_body(const struct fx_worker *w, void *arg) {
         j->seconds = now() - t0;
 }
 
-/* Reads this worker's share of the buffer: 64-byte lines split like matmul rows. */
+/* 16 bytes as two 64-bit lanes (a GCC vector: SSE2 on any x86-64, no -m flag); the buffer is
+ * 64-byte aligned, so the loads below are aligned. */
+typedef uint64_t u64x2 __attribute__((vector_size(16)));
+
+/* Reads this worker's share of the buffer (64-byte lines split like matmul rows) with 16-byte
+ * loads into four sums, prefetching 4 KiB ahead: as fast as this machine streams memory. */
 static void read_body(const struct fx_worker *w, void *arg) {
     struct job *j = arg;
     int64_t b, e;
     fx_kernels_share((int64_t)(j->buf_bytes / 64), 1, w->ith, w->nth, &b, &e);
     fx_par_barrier(w);
     double t0 = now();
-    uint64_t s[8] = {0};
+    u64x2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
     for (int it = 0; it < j->iters; it++) {
-        const uint64_t *p = (const uint64_t *)(j->buf + b * 64);
-        for (int64_t i = 0; i < (e - b) * 8; i += 8)
-            for (int l = 0; l < 8; l++)
-                s[l] += p[i + l];
+        const uint8_t *p = j->buf + b * 64, *end = j->buf + e * 64;
+        for (; p < end; p += 64) {
+            __builtin_prefetch(p + 4096);
+            s0 += *(const u64x2 *)p;
+            s1 += *(const u64x2 *)(p + 16);
+            s2 += *(const u64x2 *)(p + 32);
+            s3 += *(const u64x2 *)(p + 48);
+        }
         fx_par_barrier(w);
     }
     if (w->ith == 0) {
         j->seconds = now() - t0;
-        j->sink = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+        u64x2 t = s0 + s1 + s2 + s3;
+        j->sink = t[0] + t[1];
     }
 }
 
