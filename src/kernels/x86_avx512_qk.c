@@ -140,6 +140,46 @@ FX_INLINE __m512i k_codes(enum fx_type type, const uint8_t *p, int s, int gg) {
     }
 }
 
+/* Q6_K's first integer sum for narrow tiles (1 or 2 activation rows), in sumi: the three
+ * registers of low nibbles and high bits of a group give the codes of all four quarters at
+ * once, so they are loaded and shifted once (the general order decodes one quarter per load);
+ * four partial sums per row, one per quarter, meet their scales at each sub-block's end. */
+FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint8_t *p,
+                              const uint8_t *a, __m512i *sumi) {
+    for (int h = 0; h < 2; h++) {
+        __m512i part[4][2];
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++) {
+            if (g % 4 == 0)
+#pragma GCC unroll 16
+                for (int qt = 0; qt < 4; qt++)
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++)
+                        part[qt][j] = _mm512_setzero_si512();
+            __m512i ql_a = load512(p + 288 + 64 * (8 * (2 * h) + g));
+            __m512i ql_b = load512(p + 288 + 64 * (8 * (2 * h + 1) + g));
+            __m512i qh = load512(p + 2336 + 64 * (8 * h + g));
+#pragma GCC unroll 16
+            for (int qt = 0; qt < 4; qt++) {
+                __m512i q = q6_codes(qt, qt % 2 ? ql_b : ql_a, qh);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    part[qt][j] = _mm512_dpbusd_epi32(part[qt][j], q,
+                                                      bcast4(a + (uint64_t)j * t->act_stride +
+                                                             Q8K_QS + 128 * h + 32 * qt + 4 * g));
+            }
+            if (g % 4 == 3) /* the end of sub-blocks 8h + 2qt + g / 4 */
+#pragma GCC unroll 16
+                for (int qt = 0; qt < 4; qt++) {
+                    __m512i sc = k_scale(FX_TYPE_Q6_K, p, 8 * h + 2 * qt + g / 4);
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++)
+                        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(part[qt][j], sc));
+                }
+        }
+    }
+}
+
 FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t) {
     const int subs = k_subs(type), sub_len = 256 / subs, groups = sub_len / 4;
     const size_t pbytes = k_block_bytes(type);
@@ -154,38 +194,41 @@ FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t)
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
             sumi[j] = _mm512_setzero_si512();
+        if (type == FX_TYPE_Q6_K && width <= 2)
+            q6_narrow_sumi(width, t, p, a, sumi);
+        else
 #pragma GCC unroll 16
-        for (int s = 0; s < subs; s++) {
-#pragma GCC unroll 16
-            for (int j = 0; j < width; j++)
-                isum[j] = _mm512_setzero_si512();
-            /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
-            __m512i odd[FX_R16_MAX_ACT];
-#pragma GCC unroll 16
-            for (int j = 0; j < width; j++)
-                odd[j] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-            for (int gg = 0; gg < groups; gg++) {
-                __m512i q = k_codes(type, p, s, gg);
-#pragma GCC unroll 16
-                for (int j = 0; j < width; j++) {
-                    __m512i x =
-                        bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
-                    if (width < 4 && gg % 2)
-                        odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
-                    else
-                        isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
-                }
-            }
-            if (width < 4)
+            for (int s = 0; s < subs; s++) {
 #pragma GCC unroll 16
                 for (int j = 0; j < width; j++)
-                    isum[j] = _mm512_add_epi32(isum[j], odd[j]);
-            __m512i sc = k_scale(type, p, s);
+                    isum[j] = _mm512_setzero_si512();
+                /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
+                __m512i odd[FX_R16_MAX_ACT];
 #pragma GCC unroll 16
-            for (int j = 0; j < width; j++)
-                sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum[j], sc));
-        }
+                for (int j = 0; j < width; j++)
+                    odd[j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+                for (int gg = 0; gg < groups; gg++) {
+                    __m512i q = k_codes(type, p, s, gg);
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++) {
+                        __m512i x =
+                            bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
+                        if (width < 4 && gg % 2)
+                            odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
+                        else
+                            isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
+                    }
+                }
+                if (width < 4)
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++)
+                        isum[j] = _mm512_add_epi32(isum[j], odd[j]);
+                __m512i sc = k_scale(type, p, s);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum[j], sc));
+            }
 /* The second sum, over the activation's 16 sums of 16, in isum. */
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
