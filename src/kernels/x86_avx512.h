@@ -55,6 +55,16 @@ FX_INLINE __m512i nib_hi(__m512i x) {
     return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f));
 }
 
+/* Asks for the packed block `ahead` blocks past p, a line at a time. A K-format tile of one or
+ * two activation rows computes too little per byte for the hardware prefetchers alone to keep
+ * enough of the weight stream in flight (measured: +40% on cold Q4_K and Q6_K weights; the
+ * 32-wide formats lost 10% with it). Prefetching past the end of the weights is harmless. */
+FX_INLINE void prefetch_block(const uint8_t *p, size_t block_bytes, int ahead) {
+    const uint8_t *q = p + (size_t)ahead * block_bytes;
+    for (size_t off = 0; off < block_bytes; off += 64)
+        _mm_prefetch((const char *)q + off, _MM_HINT_T0);
+}
+
 /* The first n of 16 lanes. */
 FX_INLINE __mmask16 lanes16(int n) {
     return (__mmask16)((1u << n) - 1);

@@ -190,6 +190,8 @@ FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t)
     for (int64_t b = 0; b < t->n_blocks; b++) {
         const uint8_t *p = t->w + (size_t)b * pbytes;
         const uint8_t *a = t->act + (uint64_t)b * Q8K_BYTES;
+        if (width <= 2)
+            prefetch_block(p, pbytes, 2);
         __m512i sumi[FX_R16_MAX_ACT], isum[FX_R16_MAX_ACT];
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
