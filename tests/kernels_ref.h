@@ -43,4 +43,15 @@ size_t kref_align(enum fx_type type);
 /* Bytes of a row of n elements of `type` (n a whole number of blocks). */
 size_t kref_row_bytes(enum fx_type type, int64_t n);
 
+/* An activation row of n elements in `type`, quantized by table k from x; fails the test unless
+ * the bytes equal the generic table's (quantize_act is exact across tables). A kref_alloc'd row
+ * at an offset of the format's alignment. */
+void *kref_act(const struct fx_kernels *k, enum fx_type type, const float *x, int64_t n);
+
+/* The float64 reference of dot(weight row w of type wt, activation row act of type at; x: the f32
+ * activations when at is F32), and in *mag the scale its f32 rounding is measured against
+ * (the sum of |w_i| |a_i|, counting both terms of d*q - m). */
+double kref_dot(enum fx_type wt, const void *w, enum fx_type at, const void *act, const float *x,
+                int64_t n, double *mag);
+
 #endif

@@ -33,51 +33,6 @@ static enum fx_type act_type(enum fx_type w) {
     return fx_kernels_named("generic")->types[w].vec_dot_type;
 }
 
-/* An activation row of n elements in `type`, quantized by table k from x; checks that the bytes
- * equal the generic table's (quantize_act is exact across tables). Returns a kref_alloc'd row
- * at an offset of the format's alignment. */
-static void *make_act(const struct fx_kernels *k, enum fx_type type, const float *x, int64_t n) {
-    size_t bytes = kref_row_bytes(type, n);
-    void *act = kref_alloc(bytes, kref_align(type));
-    void *want = malloc(bytes);
-    assert_non_null(want);
-    k->types[type].quantize_act(x, act, n);
-    fx_kernels_named("generic")->types[type].quantize_act(x, want, n);
-    if (memcmp(act, want, bytes) != 0)
-        fail_msg("%s quantize_act %s differs from generic (n=%lld)", k->name, fx_type_name(type),
-                 (long long)n);
-    free(want);
-    return act;
-}
-
-/* The float64 reference of dot(weight row, activation row) and the scale of its rounding. */
-static double ref_dot(enum fx_type wt, const void *w, enum fx_type at, const void *act,
-                      const float *x, int64_t n, double *mag) {
-    double sum = 0;
-    *mag = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double mw, a = at == FX_TYPE_F32 ? x[i] : kref_elem(at, act, i, NULL);
-        sum += kref_elem(wt, w, i, &mw) * a;
-        *mag += mw * fabs(a);
-    }
-    if (at == FX_TYPE_Q8_1) {
-        /* The min term uses the block's stored s = fp16(d * sum(q)) rather than the sum of the
-         * decoded activations: the format's definition of the product. */
-        const uint8_t *wb = w;
-        const struct fx_block_q8_1 *ab = act;
-        int64_t wbytes = fx_type_block_bytes(wt);
-        for (int64_t b = 0; b < n / FX_QK; b++) {
-            double m = kref_fp16((uint16_t)(wb[b * wbytes + 2] | wb[b * wbytes + 3] << 8));
-            double decoded = 0;
-            for (int j = 0; j < FX_QK; j++)
-                decoded += kref_elem(at, act, b * FX_QK + j, NULL);
-            sum += m * (kref_fp16(ab[b].s) - decoded);
-            *mag += fabs(m * kref_fp16(ab[b].s));
-        }
-    }
-    return sum;
-}
-
 FX_TEST(kernels_vec_dot_matches_reference) {
     static const int64_t blocks[] = {1, 3, 7, 33};
     const struct fx_kernels *tables[3];
@@ -93,8 +48,8 @@ FX_TEST(kernels_vec_dot_matches_reference) {
             kref_random_row(wt, w, n, &rng);
             kref_normal(x, n, &rng);
             for (int k = 0; k < n_tables; k++) {
-                void *act = at == FX_TYPE_F32 ? x : make_act(tables[k], at, x, n);
-                double mag, want = ref_dot(wt, w, at, act, x, n, &mag);
+                void *act = at == FX_TYPE_F32 ? x : kref_act(tables[k], at, x, n);
+                double mag, want = kref_dot(wt, w, at, act, x, n, &mag);
                 float got = -1;
                 tables[k]->types[wt].vec_dot(n, &got, w, act);
                 if (fabs((double)got - want) > DOT_TOL * mag)

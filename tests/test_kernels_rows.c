@@ -310,6 +310,48 @@ FX_TEST(kernels_activations_match_double) {
  * ggml's formula), in every table; that is within an fp16 step of the exact GELU, plus the f32
  * formula's own error where 1 + tanh cancels (|x| 2^-22). Values that are not fp16 go through
  * the entry of their fp16 rounding; -10 and below give 0, 10 and above give x. */
+/* The SIMD tables compute e^x themselves: SiLU and softmax where it underflows to subnormals and
+ * zero and where it overflows, against double. SiLU below x = -88.7 is x / (1 + e^-x) with e^-x
+ * overflowing to infinity, so it may give 0 for values under 2^-120; softmax may be off by a
+ * subnormal's last bit. */
+FX_TEST(kernels_exp_based_ops_hold_at_the_extremes) {
+    const struct fx_kernels *tables[3];
+    int n_tables = kref_tables(tables);
+    const int64_t n = 2101;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *u = malloc(n * 4);
+    assert_non_null(x);
+    assert_non_null(y);
+    assert_non_null(u);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = -110.0f + 0.1f * (float)i; /* -110 .. 100 */
+        u[i] = 1.0f + 0.001f * (float)i;
+    }
+    for (int k = 0; k < n_tables; k++) {
+        const struct fx_kernels *t = tables[k];
+        t->act[FX_ACT_SILU](y, x, n);
+        for (int64_t i = 0; i < n; i++)
+            check_close("silu", t->name, i, y[i], silu_d(x[i]),
+                        REL * fabs(silu_d(x[i])) + 0x1p-120);
+        t->glu[FX_ACT_SILU](y, x, u, n);
+        for (int64_t i = 0; i < n; i++)
+            check_close("swiglu", t->name, i, y[i], silu_d(x[i]) * u[i],
+                        2 * REL * fabs(silu_d(x[i]) * u[i]) + 0x1p-118);
+        /* softmax of a row spread over 210: most entries underflow */
+        memcpy(y, x, n * 4);
+        t->softmax(y, n, -INFINITY);
+        double sum = 0;
+        for (int64_t i = 0; i < n; i++)
+            sum += exp((double)x[i] - 100.0);
+        for (int64_t i = 0; i < n; i++) {
+            double want = exp((double)x[i] - 100.0) / sum;
+            check_close("softmax", t->name, i, y[i], want, 2 * REL * want + 0x1p-148);
+        }
+    }
+    free(x);
+    free(y);
+    free(u);
+}
+
 FX_TEST(kernels_gelu_f16_emulates_the_table) {
     const struct fx_kernels *g = fx_kernels_named("generic");
     const struct fx_kernels *tables[3];

@@ -13,5 +13,6 @@ int fx_cli_tokenize(int argc, char **argv);
 int fx_cli_run(int argc, char **argv);
 int fx_cli_chat(int argc, char **argv);
 int fx_cli_perplexity(int argc, char **argv);
+int fx_cli_bench_kernels(int argc, char **argv);
 
 #endif

@@ -22,6 +22,7 @@ static const struct command commands[] = {
     {"run", fx_cli_run, "generate text from a prompt, streamed as it comes"},
     {"chat", fx_cli_chat, "interactive chat with a model's chat template"},
     {"perplexity", fx_cli_perplexity, "perplexity of a text, as llama.cpp's perplexity tool"},
+    {"bench-kernels", fx_cli_bench_kernels, "matvec and matmul speed per weight format and table"},
     {NULL, NULL, NULL},
 };
 

@@ -11,8 +11,12 @@
  *
  * Determinism contract (tests pin it, the decoder relies on it): within one table, row j of a
  * matmul over n_act activation rows is bit-identical to the same row computed with n_act = 1,
- * whatever n_act, j and the (ith, nth) split, and bit-identical to the table's vec_dot of that
- * weight row and activation row. Batching is scheduling, not a change of the maths.
+ * whatever n_act, j, the (ith, nth) split and whether the weights were packed (fx_mat_pack), and
+ * bit-identical to the table's vec_dot of that weight row and activation row. Batching and
+ * packing are scheduling, not a change of the maths. The SIMD tables meet it by fixing the
+ * float operations of every (weight row, activation row) pair: exact integer sums per block,
+ * then one fused multiply-add per block into a single f32 accumulator, blocks in order
+ * (kernels/r16.h); only the layout around those operations changes with the batch.
  *
  * Between tables, results agree within the per-format tolerances the tests state (summation
  * order differs), with one exception: quantize_act is exact, every table produces the same bytes
@@ -28,7 +32,8 @@
 
 /* A weight matrix: ne1 rows of ne0 elements of `type`, rows row_bytes apart. `packed` is an
  * optional copy in a layout a kernel prefers (interleaved rows, made once at load by
- * fx_mat_pack); kernels that do not know `pack_kind` read `data`. */
+ * fx_mat_pack, see below); kernels that do not know `pack_kind` read `data`, which must stay
+ * valid either way. */
 struct fx_mat {
     enum fx_type type;
     int64_t ne0, ne1;
@@ -47,8 +52,9 @@ typedef void (*fx_from_float_fn)(const float *restrict src, void *restrict dst, 
 typedef void (*fx_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
                               const void *restrict y);
 /* One share of out = act * W^T: for weight rows r0 <= r < r1 and activation rows 0 <= j < n_act,
- * out[j * out_stride + r] = dot(W row r, act row j). Activation rows are in vec_dot_type,
- * act_stride bytes apart. Must equal the table's vec_dot bit for bit (the contract above). */
+ * out[j * out_stride + r] = dot(W row r, act row j). r0 is a multiple of FX_MATMUL_ROW_UNIT.
+ * Activation rows are in vec_dot_type, act_stride bytes apart. Must equal the table's vec_dot
+ * bit for bit, packed or not (the contract above). */
 typedef void (*fx_matmul_fn)(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
                              uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride);
 
@@ -81,6 +87,9 @@ struct fx_type_ops {
     fx_from_float_fn quantize_act;
     fx_vec_dot_fn vec_dot;
     fx_matmul_fn matmul; /* NULL: fx_matmul loops over vec_dot */
+    /* The packed layout this table's matmul reads (enum fx_pack_kind); FX_PACK_NONE when it
+     * reads `data` only. */
+    uint32_t pack_kind;
 };
 
 /* Activation functions, as indices into act[] and glu[]. */
@@ -172,6 +181,35 @@ void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *a
 void fx_quantize_act(const struct fx_kernels *k, enum fx_type type, const float *src,
                      int64_t src_stride, int64_t n_rows, int64_t n, void *dst, uint64_t dst_stride,
                      int ith, int nth);
+
+/* ---- packed weights ------------------------------------------------------------------------ */
+
+/* Weight layouts a table's matmul may prefer to the file's. Packing is an optional speed-up for
+ * weights that are multiplied many times (every weight of a model): it never changes a result,
+ * since a table packs on the fly, a piece at a time, whatever it finds unpacked.
+ *   FX_PACK_R16: 16 rows interleaved block by block, codes regrouped for int8 dot products
+ *   (kernels/r16.h); about the size of the original (at most 4% more: Q3_K). */
+enum fx_pack_kind { FX_PACK_NONE = 0, FX_PACK_R16 = 1 };
+
+/* Bytes of the packed copy of w that table k reads, or 0 when k has no packed layout for
+ * w->type (leave w unpacked). The model loader, once per weight matrix:
+ *
+ *     uint64_t bytes = fx_mat_pack_bytes(k, &w);
+ *     if (bytes) {
+ *         void *p = aligned_alloc(64, round_up(bytes, 64));   // owned by the loader
+ *         for each worker: fx_mat_pack(k, &w, p, ith, nth);  // any thread, any order
+ *         fx_mat_set_packed(k, &w, p);                         // after every share is written
+ *     }
+ *
+ * and frees p with the model. w->data must stay valid (other tables and embedding lookups read
+ * it). The copy is independent of the table within a kind: any table whose types[].pack_kind is
+ * the same reads it. A stack of experts is packed one expert (one fx_mat) at a time. */
+uint64_t fx_mat_pack_bytes(const struct fx_kernels *k, const struct fx_mat *w);
+/* Worker ith's share (whole groups of 16 rows) of writing the packed copy of w into dst
+ * (fx_mat_pack_bytes(k, w) bytes, 64-byte aligned for speed). */
+void fx_mat_pack(const struct fx_kernels *k, const struct fx_mat *w, void *dst, int ith, int nth);
+/* Points w at its packed copy: w->packed = packed, w->pack_kind = k's kind for w->type. */
+void fx_mat_set_packed(const struct fx_kernels *k, struct fx_mat *w, const void *packed);
 
 /* ---- rope angles --------------------------------------------------------------------------- */
 

@@ -1,0 +1,116 @@
+/* R16: the packed weight layout of the quantized formats (FX_PACK_R16) and the matmul driver the
+ * SIMD tables share.
+ *
+ * Why this layout. An int8 dot-product instruction (vpdpbusd: 16 lanes, each adding 4 products
+ * of unsigned by signed bytes into an int32) is most useful when each lane belongs to a
+ * different weight row: then one activation dword, broadcast to every lane, serves 16 rows at
+ * once, and a row's sum never needs a horizontal reduction. R16 stores 16 rows block by block
+ * so that one 64-byte load gives, in lane r, 4 consecutive codes of row r. A packed block is
+ * the same block of 16 consecutive rows ("a panel"); a packed matrix is its panels one after
+ * the other, each panel's blocks in order. Rows past the end of the matrix are zero.
+ *
+ * Per packed block (lane r = panel row r, g = group of 4 elements 4g..4g+3, little-endian):
+ *   Q8_0  (544): d[16] fp16 | codes[8 g][16 r][4] as q + 128 (unsigned)
+ *   Q4_0  (288): d[16] | qs[4 i][16 r][4] = the row's qs[4i..4i+3]: low nibbles are elements
+ *                4i.., high nibbles 16+4i.. (groups i and i+4)
+ *   Q4_1  (320): d[16] | m[16] | qs as Q4_0
+ *   Q5_0  (352): d[16] | hbits[16 r][4 e] | qs as Q4_0; bit g of hbits[r][e] is the fifth
+ *                bit of element 4g+e of row r (one shift brings group g's bits to bit 4)
+ *   Q5_1  (384): d[16] | m[16] | hbits | qs
+ *   MXFP4 (272): e[16] | qs as Q4_0
+ *   Q2_K (1344): d[16] | dmin[16] | scales[8 t][16 r][2] (the row's scale bytes 2t, 2t+1:
+ *                4-bit scale low, 4-bit min high) | qs[2 n][8 g][16 r][4] = qs[32n+4g..]
+ *                (the 2-bit fields j = 0..3 are elements 128n + 32j + 4g..)
+ *   Q3_K (1824): d[16] | scales[16 s][16 r] int8 (decoded, -32..31) | qs as Q2_K |
+ *                hmask[2 n][4 j][8 g] u64 (bit 4r+e: high bit of element 128n+32j+4g+e)
+ *   Q4_K (2368): d[16] | dmin[16] | scales[8 s][16 r] u8 | mins[8 s][16 r] u8 |
+ *                qs[4 c][8 g][16 r][4] = qs[32c+4g..]: low nibbles are sub-block 2c,
+ *                high nibbles 2c+1
+ *   Q5_K (2880): as Q4_K with hmask[8 s][8 g] u64 (bit 4r+e: fifth bit of element
+ *                32s+4g+e) between mins and qs
+ *   Q6_K (3360): d[16] | scales[16 s][16 r] int8 | ql[2 h][2 a][8 g][16 r][4] =
+ *                ql[64h+32a+4g..] | qh[2 h][8 g][16 r][4] = qh[32h+4g..]
+ *
+ * The fixed float sequence (kernels.h's determinism contract). For weight row w and activation
+ * row a, with exact integer sums per block (any order, any instructions), the f32 accumulator
+ * f starts at +0 and takes, block by block in order, with fma() rounding once:
+ *   Q8_0, Q4_0, Q5_0, MXFP4:  f = fma(isum, dw * da, f)
+ *   Q4_1, Q5_1:               f = fma(isum, dw * da, f); f = fma(mw, sa, f)
+ *   Q2_K, Q4_K, Q5_K:         f = fma(sumi, d * da, f);  f = fma(summ, -(dmin * da), f)
+ *   Q3_K, Q6_K:               f = fma(sumi, d * da, f)
+ * where isum = sum of code times activation code over the block (codes signed as the format
+ * defines them), sumi = sum over sub-blocks of scale times its isum, summ = sum over
+ * sub-blocks of min times the activation's sum, and integer sums convert to f32 rounding to
+ * nearest. vec_dot, matvec and matmul of the SIMD tables all follow it, whatever their layout.
+ */
+#ifndef FX_KERNELS_R16_H
+#define FX_KERNELS_R16_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+#define FX_R16_ROWS 16
+/* A tile handles 1, 2, 4 or FX_R16_MAX_ACT activation rows. */
+#define FX_R16_MAX_ACT 8
+
+/* Bytes of one packed block of `type` (16 rows), 0 when the type has no R16 layout. */
+size_t fx_r16_block_bytes(enum fx_type type);
+
+/* Packs blocks [b0, b0 + n_blocks) of the n_rows (1..16) rows starting at `rows` (row_bytes
+ * apart) into dst (n_blocks packed blocks); rows n_rows..15 are zero. */
+void fx_r16_pack(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int n_rows, int64_t b0,
+                 int64_t n_blocks, uint8_t *dst);
+
+/* The unsigned offset of a 32-wide format's codes in R16 (the dot product runs on code + bias,
+ * and the driver supplies -bias * sum(activation codes) per block): 128 for Q8_0, 8 for Q4_0,
+ * 16 for Q5_0, 12 for MXFP4 (its doubled E2M1 values), 0 otherwise. */
+int32_t fx_r16_bias(enum fx_type type);
+
+/* What a tile needs of one Q8_0 or Q8_1 activation block besides its codes. */
+struct fx_r16_meta {
+    float d;   /* the block's scale */
+    float s;   /* Q8_1: its fp16 s as f32; unused for Q8_0 */
+    int32_t c; /* -bias * sum of its codes */
+};
+
+/* One call of a tile kernel: a 16-row panel, n_act activation rows, a run of blocks. */
+struct fx_r16_tile {
+    const uint8_t *w;               /* the run's packed blocks: [n_blocks][fx_r16_block_bytes] */
+    int64_t n_blocks;               /* */
+    const uint8_t *act;             /* activation row 0 at the run's first block */
+    uint64_t act_stride;            /* bytes between activation rows */
+    const struct fx_r16_meta *meta; /* [n_act][meta_stride], Q8_0 and Q8_1 activations */
+    int64_t meta_stride;            /* */
+    float *out;                     /* output of activation row 0 at the panel's first weight row */
+    int64_t out_stride;             /* floats between activation rows' outputs */
+    int n_act;                      /* 1, 2, 4 or 8 */
+    int n_rows;                     /* valid rows in the panel, 1..16 (only they are written) */
+    bool first; /* the run starts the row: accumulators start at 0, else in out */
+};
+
+typedef void (*fx_r16_tile_fn)(const struct fx_r16_tile *t);
+/* Fills meta[0..n_blocks) for n_blocks activation blocks starting at act. */
+typedef void (*fx_r16_meta_fn)(const uint8_t *act, int64_t n_blocks, int32_t bias,
+                               struct fx_r16_meta *meta);
+
+/* What a SIMD table provides for one R16 format. */
+struct fx_r16_kernel {
+    enum fx_type type;
+    fx_r16_tile_fn tile;
+    fx_r16_meta_fn meta; /* NULL for the K formats (Q8_K blocks carry what they need) */
+};
+
+/* An fx_matmul_fn body for R16 kernels: reads w->packed when it is R16, and otherwise packs the
+ * rows it needs, a piece at a time, on the stack. */
+void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_t r0, int64_t r1,
+                   const void *act, uint64_t act_stride, int64_t n_act, float *out,
+                   int64_t out_stride);
+
+/* An fx_vec_dot_fn body: the matmul of one weight row and one activation row. */
+void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const void *x,
+                    const void *y);
+
+#endif

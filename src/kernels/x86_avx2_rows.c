@@ -1,0 +1,143 @@
+/* AVX2 row operations: RMS norm, softmax, SiLU and its gated product, add, scale and axpy. The
+ * AVX-512 table inherits them (rows are short and memory-bound; 256-bit vectors suffice).
+ *
+ * Each computes what the generic one does, in the same f32 operations where it can: add, scale
+ * and axpy give the generic bits (no fused multiply-add); RMS norm keeps its sum of squares in
+ * double like the generic one (in another order); softmax and SiLU use the exp below, within 2
+ * ulp of expf, so they agree with generic within the row tests' tolerance. */
+#if defined(__x86_64__)
+
+#include "kernels/x86_avx2.h"
+
+#include <math.h>
+
+#include "kernels/generic.h"
+
+/* e^x in every lane within 2 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-7
+ * polynomial for e^r). x below -104 gives +0 (so -inf does, exactly), above 88.72 +inf, NaN
+ * NaN. 2^n is applied in two halves so that results down among the subnormals round once more
+ * at most, never flush. */
+FX_INLINE __m256 exp_f32x8(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(88.8f), _mm256_max_ps(_mm256_set1_ps(-104.0f), x));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    __m256 s1 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 =
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+/* The first n (1..8) floats of p, the rest 0; and storing the first n. */
+FX_INLINE __m256 load_n(const float *p, int64_t n) {
+    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8((int)n));
+}
+
+FX_INLINE void store_n(float *p, __m256 v, int64_t n) {
+    if (n >= 8)
+        _mm256_storeu_ps(p, v);
+    else
+        _mm256_maskstore_ps(p, lanes8((int)n), v);
+}
+
+void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 v = load_n(x + i, n - i);
+        __m256 sq = _mm256_mul_ps(v, v); /* the f32 square, as generic, then summed in double */
+        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+    }
+    __m256d s = _mm256_add_pd(acc0, acc1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    float mean = (float)(sum / (double)n);
+    __m256 scale = _mm256_set1_ps(1.0f / sqrtf(mean + eps));
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 v = _mm256_mul_ps(load_n(x + i, n - i), scale);
+        if (w)
+            v = _mm256_mul_ps(v, load_n(w + i, n - i));
+        store_n(out + i, v, n - i);
+    }
+}
+
+void fx_avx2_softmax(float *x, int64_t n, float sink) {
+    __m256 vmax = _mm256_set1_ps(sink);
+    for (int64_t i = 0; i < n; i += 8) /* masked-off lanes load 0: compare only the real ones */
+        vmax = _mm256_blendv_ps(vmax, _mm256_max_ps(vmax, load_n(x + i, n - i)),
+                                _mm256_castsi256_ps(lanes8((int)(n - i < 8 ? n - i : 8))));
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    float max = _mm_cvtss_f32(m);
+    if (max == -INFINITY) { /* everything masked */
+        memset(x, 0, (size_t)n * sizeof *x);
+        return;
+    }
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 e = exp_f32x8(_mm256_sub_ps(load_n(x + i, n - i), _mm256_set1_ps(max)));
+        if (n - i < 8) /* lanes past the row are not summed */
+            e = _mm256_and_ps(e, _mm256_castsi256_ps(lanes8((int)(n - i))));
+        store_n(x + i, e, n - i);
+        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    __m256d s = _mm256_add_pd(acc0, acc1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    if (sink != -INFINITY)
+        sum += (double)_mm256_cvtss_f32(exp_f32x8(_mm256_set1_ps(sink - max)));
+    __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(x + i, _mm256_mul_ps(load_n(x + i, n - i), inv), n - i);
+}
+
+/* x / (1 + e^-x) */
+FX_INLINE __m256 silu_f32x8(__m256 x) {
+    __m256 e = exp_f32x8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void fx_avx2_silu(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(out + i, silu_f32x8(load_n(x + i, n - i)), n - i);
+}
+
+void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(out + i, _mm256_mul_ps(silu_f32x8(load_n(g + i, n - i)), load_n(u + i, n - i)),
+                n - i);
+}
+
+void fx_avx2_add(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(out + i, _mm256_add_ps(load_n(a + i, n - i), load_n(b + i, n - i)), n - i);
+}
+
+void fx_avx2_scale(float *out, const float *x, float s, int64_t n) {
+    __m256 vs = _mm256_set1_ps(s);
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(out + i, _mm256_mul_ps(load_n(x + i, n - i), vs), n - i);
+}
+
+/* y += a * x, rounding the product first as generic does. */
+void fx_avx2_axpy(float *y, const float *x, float a, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(y + i, _mm256_add_ps(load_n(y + i, n - i), _mm256_mul_ps(va, load_n(x + i, n - i))),
+                n - i);
+}
+
+#endif

@@ -1,0 +1,102 @@
+/* Helpers shared by the AVX-512 kernel files (x86_avx512*.c), which alone are built with the
+ * AVX-512 -m flags; nothing else may include this header. */
+#ifndef FX_KERNELS_X86_AVX512_H
+#define FX_KERNELS_X86_AVX512_H
+
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/r16.h"
+
+/* The tile kernels are written once for every tile width and format and specialised by the
+ * compiler: `width` and `type` are constants at every call of an always-inline body. */
+#define FX_INLINE static inline __attribute__((always_inline))
+
+/* 16 fp16 values at p (any alignment) as f32. */
+FX_INLINE __m512 fp16x16(const uint8_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+FX_INLINE __m512i load512(const uint8_t *p) {
+    return _mm512_loadu_si512((const void *)p);
+}
+
+FX_INLINE __m128i load128(const uint8_t *p) {
+    return _mm_loadu_si128((const __m128i *)p);
+}
+
+/* The 4 bytes at p in every 32-bit lane (the activation operand of vpdpbusd). */
+FX_INLINE __m512i bcast4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+FX_INLINE float load_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+FX_INLINE __mmask64 load_mask64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (__mmask64)v;
+}
+
+/* Low and high nibbles of every byte. */
+FX_INLINE __m512i nib_lo(__m512i x) {
+    return _mm512_and_si512(x, _mm512_set1_epi8(0x0f));
+}
+
+FX_INLINE __m512i nib_hi(__m512i x) {
+    return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f));
+}
+
+/* Asks for the packed block `ahead` blocks past p, a line at a time. A K-format tile of one or
+ * two activation rows computes too little per byte for the hardware prefetchers alone to keep
+ * enough of the weight stream in flight (measured: +40% on cold Q4_K and Q6_K weights; the
+ * 32-wide formats lost 10% with it). Prefetching past the end of the weights is harmless. */
+FX_INLINE void prefetch_block(const uint8_t *p, size_t block_bytes, int ahead) {
+    const uint8_t *q = p + (size_t)ahead * block_bytes;
+    for (size_t off = 0; off < block_bytes; off += 64)
+        _mm_prefetch((const char *)q + off, _MM_HINT_T0);
+}
+
+/* The first n of 16 lanes. */
+FX_INLINE __mmask16 lanes16(int n) {
+    return (__mmask16)((1u << n) - 1);
+}
+
+/* A tile's accumulators: zero at the start of a row, else what the previous run left in out. */
+FX_INLINE __m512 acc_load(const struct fx_r16_tile *t, int j) {
+    if (t->first)
+        return _mm512_setzero_ps();
+    return _mm512_maskz_loadu_ps(lanes16(t->n_rows), t->out + j * t->out_stride);
+}
+
+FX_INLINE void acc_store(const struct fx_r16_tile *t, int j, __m512 f) {
+    _mm512_mask_storeu_ps(t->out + j * t->out_stride, lanes16(t->n_rows), f);
+}
+
+/* The tile and metadata kernels of the AVX-512 table's R16 formats (x86_avx512_q32.c and
+ * x86_avx512_qk.c); x86_avx512.c puts them in the table. */
+void fx_avx512_tile_q8_0(const struct fx_r16_tile *t);
+void fx_avx512_tile_q4_0(const struct fx_r16_tile *t);
+void fx_avx512_tile_q4_1(const struct fx_r16_tile *t);
+void fx_avx512_tile_q5_0(const struct fx_r16_tile *t);
+void fx_avx512_tile_q5_1(const struct fx_r16_tile *t);
+void fx_avx512_tile_mxfp4(const struct fx_r16_tile *t);
+void fx_avx512_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
+                         struct fx_r16_meta *meta);
+void fx_avx512_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
+                         struct fx_r16_meta *meta);
+void fx_avx512_tile_q2_K(const struct fx_r16_tile *t);
+void fx_avx512_tile_q3_K(const struct fx_r16_tile *t);
+void fx_avx512_tile_q4_K(const struct fx_r16_tile *t);
+void fx_avx512_tile_q5_K(const struct fx_r16_tile *t);
+void fx_avx512_tile_q6_K(const struct fx_r16_tile *t);
+
+#endif

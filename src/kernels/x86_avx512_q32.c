@@ -1,0 +1,261 @@
+/* AVX-512 VNNI tile kernels of the 32-wide formats in the R16 layout (r16.h): Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1 and MXFP4 against Q8_0 or Q8_1 activations, and the activation metadata they need.
+ *
+ * A tile holds, for each of its activation rows, one f32 accumulator per weight row (16 lanes).
+ * Per block: the block's 16 rows are decoded once into 8 registers of unsigned codes (lane r:
+ * elements 4g..4g+3 of row r), then for each activation row 8 vpdpbusd against its codes,
+ * broadcast 4 at a time, give the 16 exact integer sums, which enter the accumulators by the
+ * fixed sequence of r16.h. */
+#if defined(__x86_64__)
+
+#include "kernels/x86_avx512.h"
+
+#include "kernels/generic.h"
+
+/* A packed block of 16 rows, decoded: unsigned codes q[g] (elements 4g..4g+3 in lane r), the
+ * scales d and, for the affine formats, the minimums m. */
+struct q32_block {
+    __m512i q[8];
+    __m512 d, m;
+};
+
+FX_INLINE bool q32_affine(enum fx_type type) {
+    return type == FX_TYPE_Q4_1 || type == FX_TYPE_Q5_1;
+}
+
+/* MXFP4's 16 doubled E2M1 values plus 12 (its bias), in each 128-bit lane for vpshufb. */
+FX_INLINE __m512i mxfp4_lut(void) {
+    return _mm512_broadcast_i32x4(
+        _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
+
+/* 16 E8M0 exponents as the f32 half-scales 2^(e-128) (fx_e8m0_to_f32_half): (e - 1) << 23 as
+ * f32 bits, except e = 0 and 1, the subnormals 2^-128 and 2^-127. */
+FX_INLINE __m512 e8m0_half_x16(const uint8_t *p) {
+    __m512i e = _mm512_cvtepu8_epi32(load128(p));
+    __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
+}
+
+/* x | bit 4 taken from bit g of each byte of planes (vpternlogd: A | (B & C)). A 16-bit shift
+ * moves bit g of a byte to bit 4 of the same byte for every g in 0..7. */
+FX_INLINE __m512i or_bit4(__m512i x, __m512i planes, int g) {
+    __m512i moved = g < 4   ? _mm512_slli_epi16(planes, 4 - g)
+                    : g > 4 ? _mm512_srli_epi16(planes, g - 4)
+                            : planes;
+    return _mm512_ternarylogic_epi32(x, moved, _mm512_set1_epi8(0x10), 0xf8);
+}
+
+FX_INLINE void q32_decode(enum fx_type type, const uint8_t *p, struct q32_block *b) {
+    if (type == FX_TYPE_Q8_0) {
+        b->d = fp16x16(p);
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++)
+            b->q[g] = load512(p + 32 + 64 * g);
+        return;
+    }
+    const uint8_t *qs, *hmask = NULL;
+    switch (type) {
+    case FX_TYPE_MXFP4:
+        b->d = e8m0_half_x16(p);
+        qs = p + 16;
+        break;
+    case FX_TYPE_Q4_1:
+        b->d = fp16x16(p);
+        b->m = fp16x16(p + 32);
+        qs = p + 64;
+        break;
+    case FX_TYPE_Q5_0:
+        b->d = fp16x16(p);
+        hmask = p + 32;
+        qs = p + 96;
+        break;
+    case FX_TYPE_Q5_1:
+        b->d = fp16x16(p);
+        b->m = fp16x16(p + 32);
+        hmask = p + 64;
+        qs = p + 128;
+        break;
+    default: /* Q4_0 */
+        b->d = fp16x16(p);
+        qs = p + 32;
+        break;
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < 4; i++) {
+        __m512i x = load512(qs + 64 * i);
+        b->q[i] = nib_lo(x);
+        b->q[i + 4] = nib_hi(x);
+    }
+    if (hmask) {
+        __m512i planes = load512(hmask);
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++)
+            b->q[g] = or_bit4(b->q[g], planes, g);
+    }
+    if (type == FX_TYPE_MXFP4)
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++)
+            b->q[g] = _mm512_shuffle_epi8(mxfp4_lut(), b->q[g]);
+}
+
+FX_INLINE size_t q32_block_bytes(enum fx_type type) {
+    switch (type) {
+    case FX_TYPE_Q8_0:
+        return 544;
+    case FX_TYPE_Q4_1:
+        return 320;
+    case FX_TYPE_Q5_0:
+        return 352;
+    case FX_TYPE_Q5_1:
+        return 384;
+    case FX_TYPE_MXFP4:
+        return 272;
+    default:
+        return 288;
+    }
+}
+
+FX_INLINE void q32_tile(enum fx_type type, int width, const struct fx_r16_tile *t) {
+    const bool affine = q32_affine(type);
+    const uint64_t ablock = affine ? sizeof(struct fx_block_q8_1) : sizeof(struct fx_block_q8_0);
+    const uint8_t *codes = t->act + (affine ? 4 : 2);
+    const size_t pbytes = q32_block_bytes(type);
+    __m512 f[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+    for (int j = 0; j < width; j++)
+        f[j] = acc_load(t, j);
+    for (int64_t b = 0; b < t->n_blocks; b++) {
+        struct q32_block w;
+        q32_decode(type, t->w + (size_t)b * pbytes, &w);
+        /* The integer sums of every activation row, interleaved so that consecutive vpdpbusd
+         * do not wait on each other. */
+        const uint8_t *a = codes + (uint64_t)b * ablock;
+        const struct fx_r16_meta *m = &t->meta[b];
+        __m512i isum[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++)
+            isum[j] = _mm512_set1_epi32(m[j * t->meta_stride].c);
+        if (width < 4) {
+            /* Few rows: two partial sums each, so that the chains of dependent vpdpbusd are
+             * half as long (integer sums, so the split changes nothing). */
+            __m512i odd[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                odd[j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+            for (int g = 0; g < 8; g += 2)
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++) {
+                    const uint8_t *aj = a + (uint64_t)j * t->act_stride + 4 * g;
+                    isum[j] = _mm512_dpbusd_epi32(isum[j], w.q[g], bcast4(aj));
+                    odd[j] = _mm512_dpbusd_epi32(odd[j], w.q[g + 1], bcast4(aj + 4));
+                }
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                isum[j] = _mm512_add_epi32(isum[j], odd[j]);
+        } else {
+            /* Four rows at a time: 8 codes, 8 accumulators and 4 sums fit the 32 registers. */
+#pragma GCC unroll 16
+            for (int j0 = 0; j0 < width; j0 += 4)
+#pragma GCC unroll 16
+                for (int g = 0; g < 8; g++)
+#pragma GCC unroll 16
+                    for (int j = j0; j < j0 + 4; j++)
+                        isum[j] = _mm512_dpbusd_epi32(
+                            isum[j], w.q[g], bcast4(a + (uint64_t)j * t->act_stride + 4 * g));
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++) {
+            __m512 scale = _mm512_mul_ps(w.d, _mm512_set1_ps(m[j * t->meta_stride].d));
+            f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), scale, f[j]);
+            if (affine)
+                f[j] = _mm512_fmadd_ps(w.m, _mm512_set1_ps(m[j * t->meta_stride].s), f[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < width; j++)
+        acc_store(t, j, f[j]);
+}
+
+/* One specialisation per tile width. */
+FX_INLINE void q32_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
+    switch (t->n_act) {
+    case 8:
+        q32_tile(type, 8, t);
+        break;
+    case 4:
+        q32_tile(type, 4, t);
+        break;
+    case 2:
+        q32_tile(type, 2, t);
+        break;
+    default:
+        q32_tile(type, 1, t);
+        break;
+    }
+}
+
+void fx_avx512_tile_q8_0(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_Q8_0, t);
+}
+
+void fx_avx512_tile_q4_0(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_Q4_0, t);
+}
+
+void fx_avx512_tile_q4_1(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_Q4_1, t);
+}
+
+void fx_avx512_tile_q5_0(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_Q5_0, t);
+}
+
+void fx_avx512_tile_q5_1(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_Q5_1, t);
+}
+
+void fx_avx512_tile_mxfp4(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_MXFP4, t);
+}
+
+/* ---- activation metadata ------------------------------------------------------------------- */
+
+/* Sum of the 8 int32 lanes. */
+FX_INLINE int32_t hsum_i32x8(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+void fx_avx512_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
+                         struct fx_r16_meta *meta) {
+    const __m256i ones = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < n_blocks; b++, act += sizeof(struct fx_block_q8_0)) {
+        uint16_t d;
+        memcpy(&d, act, 2);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(act + 2));
+        meta[b].d = _cvtsh_ss(d);
+        meta[b].s = 0.0f;
+        meta[b].c = -bias * hsum_i32x8(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q));
+    }
+}
+
+/* The affine formats need no code sums (their bias is 0): d and s. */
+void fx_avx512_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
+                         struct fx_r16_meta *meta) {
+    (void)bias;
+    for (int64_t b = 0; b < n_blocks; b++, act += sizeof(struct fx_block_q8_1)) {
+        uint16_t h[2];
+        memcpy(h, act, 4);
+        meta[b].d = _cvtsh_ss(h[0]);
+        meta[b].s = _cvtsh_ss(h[1]);
+        meta[b].c = 0;
+    }
+}
+
+#endif

@@ -1,0 +1,301 @@
+/* AVX-512 VNNI tile kernels of the K formats in the R16 layout (r16.h): Q2_K, Q3_K, Q4_K, Q5_K
+ * and Q6_K against Q8_K activations.
+ *
+ * Per super-block of 256 and activation row: for each sub-block (8 of 32 elements, or 16 of
+ * 16), vpdpbusd sums unsigned codes times activation codes exactly per weight row (lane); the
+ * sum times the sub-block's scale joins the super-block's integer sum (vpmulld). The second
+ * integer sum, of the minimums (Q2_K, Q4_K, Q5_K) or of the codes' bias (Q3_K's 4, Q6_K's 32)
+ * times the activation's sums of 16, is one vpdpwssd per pair of 16-sums. Then the f32
+ * accumulators take the fixed sequence of r16.h. */
+#if defined(__x86_64__)
+
+#include "kernels/x86_avx512.h"
+
+#include "kernels/generic.h"
+
+/* Offsets in a Q8_K block: d (f32), qs[256], bsums[16]. */
+enum { Q8K_QS = 4, Q8K_BSUMS = 260, Q8K_BYTES = 292 };
+
+FX_INLINE size_t k_block_bytes(enum fx_type type) {
+    switch (type) {
+    case FX_TYPE_Q2_K:
+        return 1344;
+    case FX_TYPE_Q3_K:
+        return 1824;
+    case FX_TYPE_Q4_K:
+        return 2368;
+    case FX_TYPE_Q5_K:
+        return 2880;
+    default:
+        return 3360;
+    }
+}
+
+/* Sub-blocks per super-block: 8 of 32 elements (Q4_K, Q5_K) or 16 of 16. */
+FX_INLINE int k_subs(enum fx_type type) {
+    return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K ? 8 : 16;
+}
+
+/* Whether the second integer sum is of minimums (subtracted after scaling by dmin) rather than
+ * of the codes' bias (subtracted from the first sum). */
+FX_INLINE bool k_has_min(enum fx_type type) {
+    return type == FX_TYPE_Q2_K || type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K;
+}
+
+/* 16 signed bytes as int16 pairs (a[r], b[r]) in lane r. */
+FX_INLINE __m512i pair_i8(const uint8_t *a, const uint8_t *b) {
+    __m128i x = load128(a), y = load128(b);
+    __m256i xy = _mm256_set_m128i(_mm_unpackhi_epi8(x, y), _mm_unpacklo_epi8(x, y));
+    return _mm512_cvtepi8_epi16(xy);
+}
+
+/* The scale of sub-block s in each lane, as int32. */
+FX_INLINE __m512i k_scale(enum fx_type type, const uint8_t *p, int s) {
+    switch (type) {
+    case FX_TYPE_Q2_K: { /* scale bytes in pairs [t][r][2]: the low nibble */
+        __m512i x =
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * (s / 2))));
+        if (s % 2)
+            x = _mm512_srli_epi32(x, 16);
+        return _mm512_and_si512(x, _mm512_set1_epi32(0x0f));
+    }
+    case FX_TYPE_Q4_K:
+    case FX_TYPE_Q5_K:
+        return _mm512_cvtepu8_epi32(load128(p + 64 + 16 * s));
+    default: /* Q3_K, Q6_K: int8 [s][r] */
+        return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * s));
+    }
+}
+
+/* The int16 pairs that multiply the activation's sums of 16 (bsums[2t], bsums[2t+1]): the
+ * minimums (m_t, m_t) of Q4_K/Q5_K, (m_2t, m_2t+1) of Q2_K, the scales (sc_2t, sc_2t+1) of
+ * Q3_K and Q6_K. */
+FX_INLINE __m512i k_pairs(enum fx_type type, const uint8_t *p, int t) {
+    switch (type) {
+    case FX_TYPE_Q2_K:
+        return _mm512_srli_epi16(
+            _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * t))), 4);
+    case FX_TYPE_Q4_K:
+    case FX_TYPE_Q5_K: {
+        __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * t));
+        return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+    default:
+        return pair_i8(p + 32 + 32 * t, p + 32 + 32 * t + 16);
+    }
+}
+
+/* Q6_K: the 6-bit codes of quarter qt (0..3) from the low-nibble and high-bit registers. */
+FX_INLINE __m512i q6_codes(int qt, __m512i ql, __m512i qh) {
+    __m512i low = qt < 2 ? nib_lo(ql) : nib_hi(ql);
+    __m512i high;
+    switch (qt) {
+    case 0:
+        high = _mm512_slli_epi16(qh, 4);
+        break;
+    case 1:
+        high = _mm512_slli_epi16(qh, 2);
+        break;
+    case 2:
+        high = qh;
+        break;
+    default:
+        high = _mm512_srli_epi16(qh, 2);
+        break;
+    }
+    return _mm512_or_si512(low, _mm512_and_si512(high, _mm512_set1_epi8(0x30)));
+}
+
+/* Unsigned codes of group gg (elements 4gg..4gg+3 of the sub-block) of sub-block s. */
+FX_INLINE __m512i k_codes(enum fx_type type, const uint8_t *p, int s, int gg) {
+    switch (type) {
+    case FX_TYPE_Q4_K:
+    case FX_TYPE_Q5_K: {
+        bool five = type == FX_TYPE_Q5_K;
+        __m512i x = load512(p + (five ? 832 : 320) + 64 * (8 * (s / 2) + gg));
+        __m512i q = s % 2 ? nib_hi(x) : nib_lo(x);
+        if (five)
+            q = _mm512_mask_add_epi8(q, load_mask64(p + 320 + 8 * (8 * s + gg)), q,
+                                     _mm512_set1_epi8(16));
+        return q;
+    }
+    case FX_TYPE_Q2_K:
+    case FX_TYPE_Q3_K: {
+        /* s = 8n + 2j + k: half n, 2-bit field j, group g = 4k + gg. */
+        int n = s / 8, j = (s % 8) / 2, g = 4 * (s % 2) + gg;
+        bool three = type == FX_TYPE_Q3_K;
+        __m512i x = load512(p + (three ? 288 : 320) + 64 * (8 * n + g));
+        __m512i q = _mm512_and_si512(_mm512_srli_epi16(x, 2 * j), _mm512_set1_epi8(3));
+        if (three)
+            q = _mm512_mask_add_epi8(q, load_mask64(p + 1312 + 8 * (8 * (4 * n + j) + g)), q,
+                                     _mm512_set1_epi8(4));
+        return q;
+    }
+    default: { /* Q6_K: s = 8h + 2qt + lh, group g = 4lh + gg */
+        int h = s / 8, qt = (s % 8) / 2, g = 4 * (s % 2) + gg;
+        __m512i ql = load512(p + 288 + 64 * (8 * (2 * h + qt % 2) + g));
+        __m512i qh = load512(p + 2336 + 64 * (8 * h + g));
+        return q6_codes(qt, ql, qh);
+    }
+    }
+}
+
+/* Q6_K's first integer sum for narrow tiles (1 or 2 activation rows), in sumi: the three
+ * registers of low nibbles and high bits of a group give the codes of all four quarters at
+ * once, so they are loaded and shifted once (the general order decodes one quarter per load);
+ * four partial sums per row, one per quarter, meet their scales at each sub-block's end. */
+FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint8_t *p,
+                              const uint8_t *a, __m512i *sumi) {
+    for (int h = 0; h < 2; h++) {
+        __m512i part[4][2];
+#pragma GCC unroll 16
+        for (int g = 0; g < 8; g++) {
+            if (g % 4 == 0)
+#pragma GCC unroll 16
+                for (int qt = 0; qt < 4; qt++)
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++)
+                        part[qt][j] = _mm512_setzero_si512();
+            __m512i ql_a = load512(p + 288 + 64 * (8 * (2 * h) + g));
+            __m512i ql_b = load512(p + 288 + 64 * (8 * (2 * h + 1) + g));
+            __m512i qh = load512(p + 2336 + 64 * (8 * h + g));
+#pragma GCC unroll 16
+            for (int qt = 0; qt < 4; qt++) {
+                __m512i q = q6_codes(qt, qt % 2 ? ql_b : ql_a, qh);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    part[qt][j] = _mm512_dpbusd_epi32(part[qt][j], q,
+                                                      bcast4(a + (uint64_t)j * t->act_stride +
+                                                             Q8K_QS + 128 * h + 32 * qt + 4 * g));
+            }
+            if (g % 4 == 3) /* the end of sub-blocks 8h + 2qt + g / 4 */
+#pragma GCC unroll 16
+                for (int qt = 0; qt < 4; qt++) {
+                    __m512i sc = k_scale(FX_TYPE_Q6_K, p, 8 * h + 2 * qt + g / 4);
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++)
+                        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(part[qt][j], sc));
+                }
+        }
+    }
+}
+
+FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t) {
+    const int subs = k_subs(type), sub_len = 256 / subs, groups = sub_len / 4;
+    const size_t pbytes = k_block_bytes(type);
+    __m512 f[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+    for (int j = 0; j < width; j++)
+        f[j] = acc_load(t, j);
+    for (int64_t b = 0; b < t->n_blocks; b++) {
+        const uint8_t *p = t->w + (size_t)b * pbytes;
+        const uint8_t *a = t->act + (uint64_t)b * Q8K_BYTES;
+        if (width <= 2)
+            prefetch_block(p, pbytes, 2);
+        __m512i sumi[FX_R16_MAX_ACT], isum[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++)
+            sumi[j] = _mm512_setzero_si512();
+        if (type == FX_TYPE_Q6_K && width <= 2)
+            q6_narrow_sumi(width, t, p, a, sumi);
+        else
+#pragma GCC unroll 16
+            for (int s = 0; s < subs; s++) {
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    isum[j] = _mm512_setzero_si512();
+                /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
+                __m512i odd[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    odd[j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+                for (int gg = 0; gg < groups; gg++) {
+                    __m512i q = k_codes(type, p, s, gg);
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++) {
+                        __m512i x =
+                            bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
+                        if (width < 4 && gg % 2)
+                            odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
+                        else
+                            isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
+                    }
+                }
+                if (width < 4)
+#pragma GCC unroll 16
+                    for (int j = 0; j < width; j++)
+                        isum[j] = _mm512_add_epi32(isum[j], odd[j]);
+                __m512i sc = k_scale(type, p, s);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++)
+                    sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum[j], sc));
+            }
+/* The second sum, over the activation's 16 sums of 16, in isum. */
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++)
+            isum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+        for (int pt = 0; pt < 8; pt++) {
+            __m512i pairs = k_pairs(type, p, pt);
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                isum[j] = _mm512_dpwssd_epi32(
+                    isum[j], pairs, bcast4(a + (uint64_t)j * t->act_stride + Q8K_BSUMS + 4 * pt));
+        }
+        __m512 d = fp16x16(p);
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++) {
+            __m512 da = _mm512_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
+            if (!k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
+                sumi[j] = _mm512_sub_epi32(
+                    sumi[j], _mm512_slli_epi32(isum[j], type == FX_TYPE_Q3_K ? 2 : 5));
+            f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, da), f[j]);
+            if (k_has_min(type))
+                f[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[j]),
+                                        _mm512_mul_ps(fp16x16(p + 32), da), f[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < width; j++)
+        acc_store(t, j, f[j]);
+}
+
+FX_INLINE void k_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
+    switch (t->n_act) {
+    case 8:
+        k_tile(type, 8, t);
+        break;
+    case 4:
+        k_tile(type, 4, t);
+        break;
+    case 2:
+        k_tile(type, 2, t);
+        break;
+    default:
+        k_tile(type, 1, t);
+        break;
+    }
+}
+
+void fx_avx512_tile_q2_K(const struct fx_r16_tile *t) {
+    k_tile_any(FX_TYPE_Q2_K, t);
+}
+
+void fx_avx512_tile_q3_K(const struct fx_r16_tile *t) {
+    k_tile_any(FX_TYPE_Q3_K, t);
+}
+
+void fx_avx512_tile_q4_K(const struct fx_r16_tile *t) {
+    k_tile_any(FX_TYPE_Q4_K, t);
+}
+
+void fx_avx512_tile_q5_K(const struct fx_r16_tile *t) {
+    k_tile_any(FX_TYPE_Q5_K, t);
+}
+
+void fx_avx512_tile_q6_K(const struct fx_r16_tile *t) {
+    k_tile_any(FX_TYPE_Q6_K, t);
+}
+
+#endif
