@@ -250,6 +250,11 @@ const struct fx_tensor_view *fx_gguf_tensor_at(const struct fx_gguf *g, int64_t 
 /* Lookup by name, O(1) expected; NULL when absent. */
 const struct fx_tensor_view *fx_gguf_find_tensor(const struct fx_gguf *g, const char *name);
 
+/* A hint that bytes [data, data + size) of the file will not be read for a while (a loader that
+ * copied them elsewhere): a mapped file drops those pages from memory, to be read back from the
+ * file if they are touched again; a buffer given to fx_gguf_open_memory is left alone. */
+void fx_gguf_release(const struct fx_gguf *g, const void *data, uint64_t size);
+
 /* ---------------------------------------------------------------------------------------------
  * GGUF writer
  *

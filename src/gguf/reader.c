@@ -618,6 +618,16 @@ fx_status fx_gguf_open(const char *path, struct fx_gguf **out, struct fx_error *
     return open_bytes(map, size, map, out, err);
 }
 
+void fx_gguf_release(const struct fx_gguf *g, const void *data, uint64_t size) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t begin = ((uintptr_t)data + page - 1) & ~(page - 1);
+    uintptr_t end = ((uintptr_t)data + size) & ~(page - 1);
+    /* Only whole pages of a file mapping: dropping anonymous pages would lose their contents. */
+    if (!g->map || end <= begin)
+        return;
+    madvise((void *)begin, end - begin, MADV_DONTNEED);
+}
+
 void fx_gguf_free(struct fx_gguf *g) {
     if (!g)
         return;

@@ -104,7 +104,8 @@ fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *pa
     }
     if ((st = arch->load(&ld)) || (st = fx_ld_embeddings(&ld)))
         goto fail;
-    if (params && params->progress && (st = prefault(g, params, err)))
+    if ((params && params->progress && (st = prefault(g, params, err))) ||
+        (st = fx_model_pack(m, g, err)))
         goto fail;
     m->file = g;
     *out = m;
@@ -133,6 +134,9 @@ void fx_model_free(struct fx_model *m) {
         return;
     for (int64_t i = 0; i < m->n_vecs; i++)
         free(m->vecs[i]);
+    for (int64_t i = 0; i < m->n_packs; i++)
+        free(m->packs[i]);
+    free(m->packs);
     free(m->vecs);
     free(m->layers);
     fx_gguf_free(m->file);

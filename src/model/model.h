@@ -68,11 +68,13 @@ struct fx_hparams {
     struct fx_rope_config rope;
 };
 
-/* The experts of one MoE weight: n_expert matrices of `per` shape stored back to back. */
+/* The experts of one MoE weight: n_expert matrices of `per` shape stored back to back (and, when
+ * packed, their packed copies too). */
 struct fx_experts {
-    struct fx_mat per; /* one expert's matrix; `data` is expert 0 */
+    struct fx_mat per; /* one expert's matrix; `data` (and `packed`) are expert 0's */
     int64_t n_expert;
     uint64_t expert_bytes; /* distance between consecutive experts */
+    uint64_t packed_bytes; /* distance between consecutive packed experts */
 };
 
 /* One transformer block. Optional parts are NULL (vectors) or have data == NULL (matrices). */
@@ -111,12 +113,20 @@ struct fx_model {
     struct fx_layer *layers; /* [n_layer] */
     float **vecs;            /* every owned vector copy, freed with the model */
     int64_t n_vecs, cap_vecs;
+    void **packs; /* every packed weight copy (model/pack.c), freed with the model */
+    int64_t n_packs;
 };
+
+/* Packs every weight matrix into the layout the kernel table's matmul prefers (once, at load,
+ * on a temporary worker pool), and releases the pages of g that the packed copies replace. */
+fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_error *err);
 
 /* The matrix of expert e. */
 static inline struct fx_mat fx_experts_get(const struct fx_experts *x, int64_t e) {
     struct fx_mat m = x->per;
     m.data = (const uint8_t *)x->per.data + (uint64_t)e * x->expert_bytes;
+    if (m.packed)
+        m.packed = (const uint8_t *)x->per.packed + (uint64_t)e * x->packed_bytes;
     return m;
 }
 
