@@ -1,22 +1,35 @@
-/* Attention scores with AVX-512: 16 keys at a time, each key's dot product accumulated in its own
- * register (a multiply, then fused multiply-adds over the head's 16-float chunks in order), then
- * the 16 registers reduced together by a transposing tree. Every key goes through the same
- * operations whatever its place among the 16 (the tree adds the same lanes in the same order for
- * each register), and missing keys of a last group are zeros that never mix with the others, so a
- * key's score does not depend on the range it is computed in (the kernels.h contract). */
+/* Attention kernels with AVX-512.
+ *
+ * Scores: 16 keys at a time, each key's dot product accumulated in its own register (fused
+ * multiply-adds over the head's 16-float chunks in order), then the 16 registers reduced
+ * together by a transposing tree. Every key goes through the same operations whatever its place
+ * among the 16 (the tree adds the same lanes in the same order for each register), and missing
+ * keys of a last group are zeros that never mix with the others, so a key's score does not depend
+ * on the range it is computed in (the kernels.h contract).
+ *
+ * Values: the head's output stays in registers while the value rows stream by, one fused
+ * multiply-add per key and chunk, keys in order.
+ *
+ * The common head sizes (64, 128) get copies with the chunk count known at compile time, so
+ * that the accumulators live in registers; other sizes take the same code with a run-time count. */
 #include <immintrin.h>
 
 #include "kernels/x86_avx512_attn.h"
 
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
 /* Lane sums of 16 registers: lane j of the result is the sum of r[j]'s lanes. */
-static inline __m512 hsum_16x16(const __m512 *r) {
+FORCE_INLINE __m512 hsum_16x16(const __m512 *r) {
     __m512 s[8], t[4], w[2];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) /* [r 128-bit blocks 0,1 | r' blocks 0,1] + [blocks 2,3 | ...] */
         s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x44),
                              _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xee));
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) /* one key per 128-bit block */
         t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xdd));
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++)
         w[i] = _mm512_add_ps(_mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]),
                              _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]));
@@ -27,49 +40,78 @@ static inline __m512 hsum_16x16(const __m512 *r) {
     return _mm512_permutexvar_ps(order, sum);
 }
 
-void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_t key_stride,
-                           int64_t n_keys, int64_t dim, float scale) {
-    int64_t n_chunks = (dim + 15) / 16;
-    __mmask16 last = (__mmask16)(dim % 16 ? (1u << (dim % 16)) - 1 : 0xffff);
+/* Mask of the c-th 16-float chunk of a dim-float row. */
+FORCE_INLINE __mmask16 chunk_mask(int64_t dim, int64_t c) {
+    int64_t rest = dim - c * 16;
+    return (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1);
+}
+
+FORCE_INLINE void scores_kernel(float *out, const float *q, const float *keys, int64_t stride,
+                                int64_t n_keys, int64_t dim, float scale, int64_t n_chunks) {
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
         int64_t nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
         __m512 acc[16];
+#pragma GCC unroll 16
         for (int jj = 0; jj < 16; jj++)
             acc[jj] = _mm512_setzero_ps();
+#pragma GCC unroll 8
         for (int64_t c = 0; c < n_chunks; c++) {
-            __mmask16 m = c == n_chunks - 1 ? last : 0xffff;
+            __mmask16 m = chunk_mask(dim, c);
             __m512 qc = _mm512_maskz_loadu_ps(m, q + c * 16);
-            for (int jj = 0; jj < nj; jj++) {
-                __m512 kc = _mm512_maskz_loadu_ps(m, keys + (j0 + jj) * key_stride + c * 16);
-                acc[jj] = _mm512_fmadd_ps(qc, kc, acc[jj]);
-            }
+            const float *kc = keys + j0 * stride + c * 16;
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 16; jj++) /* keys past the range load as zeros */
+                acc[jj] = _mm512_fmadd_ps(
+                    qc, _mm512_maskz_loadu_ps(jj < nj ? m : 0, kc + jj * stride), acc[jj]);
         }
         __m512 scores = _mm512_mul_ps(hsum_16x16(acc), vscale);
         _mm512_mask_storeu_ps(out + j0, (__mmask16)((1u << nj) - 1), scores);
     }
 }
 
-/* The head's output stays in registers (up to 256 floats, 16 zmm) while the values stream by;
- * longer heads go through in 256-float slices, which does not change any element's sum. */
+void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_t key_stride,
+                           int64_t n_keys, int64_t dim, float scale) {
+    if (dim == 64)
+        scores_kernel(out, q, keys, key_stride, n_keys, 64, scale, 4);
+    else if (dim == 128)
+        scores_kernel(out, q, keys, key_stride, n_keys, 128, scale, 8);
+    else
+        scores_kernel(out, q, keys, key_stride, n_keys, dim, scale, (dim + 15) / 16);
+}
+
+/* One slice of at most 16 chunks (256 floats) of the head. */
+FORCE_INLINE void values_kernel(float *out, const float *p, const float *values, int64_t stride,
+                                int64_t n, int64_t dim, int64_t n_chunks) {
+    __m512 acc[16] = {0};
+#pragma GCC unroll 16
+    for (int64_t c = 0; c < n_chunks; c++)
+        acc[c] = _mm512_maskz_loadu_ps(chunk_mask(dim, c), out + c * 16);
+    for (int64_t j = 0; j < n; j++) {
+        __m512 pj = _mm512_set1_ps(p[j]);
+        const float *v = values + j * stride;
+#pragma GCC unroll 16
+        for (int64_t c = 0; c < n_chunks; c++)
+            acc[c] =
+                _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(chunk_mask(dim, c), v + c * 16), acc[c]);
+    }
+#pragma GCC unroll 16
+    for (int64_t c = 0; c < n_chunks; c++)
+        _mm512_mask_storeu_ps(out + c * 16, chunk_mask(dim, c), acc[c]);
+}
+
 void fx_attn_values_avx512(float *out, const float *p, const float *values, int64_t value_stride,
                            int64_t n, int64_t dim) {
+    if (dim == 64) {
+        values_kernel(out, p, values, value_stride, n, 64, 4);
+        return;
+    }
+    if (dim == 128) {
+        values_kernel(out, p, values, value_stride, n, 128, 8);
+        return;
+    }
     for (int64_t d0 = 0; d0 < dim; d0 += 256) {
-        int64_t n_chunks = (dim - d0 + 15) / 16 < 16 ? (dim - d0 + 15) / 16 : 16;
-        int64_t rest = dim - d0 - (n_chunks - 1) * 16;
-        __mmask16 last = (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1);
-        __m512 acc[16];
-        for (int64_t c = 0; c < n_chunks; c++)
-            acc[c] = _mm512_maskz_loadu_ps(c == n_chunks - 1 ? last : 0xffff, out + d0 + c * 16);
-        for (int64_t j = 0; j < n; j++) {
-            __m512 pj = _mm512_set1_ps(p[j]);
-            const float *v = values + j * value_stride + d0;
-            for (int64_t c = 0; c < n_chunks; c++)
-                acc[c] = _mm512_fmadd_ps(
-                    pj, _mm512_maskz_loadu_ps(c == n_chunks - 1 ? last : 0xffff, v + c * 16),
-                    acc[c]);
-        }
-        for (int64_t c = 0; c < n_chunks; c++)
-            _mm512_mask_storeu_ps(out + d0 + c * 16, c == n_chunks - 1 ? last : 0xffff, acc[c]);
+        int64_t slice = dim - d0 < 256 ? dim - d0 : 256;
+        values_kernel(out + d0, p, values + d0, value_stride, n, slice, (slice + 15) / 16);
     }
 }
