@@ -50,42 +50,50 @@ FX_TEST(kernels_attn_scores_match_float64_and_any_range) {
     free(keys);
 }
 
-FX_TEST(kernels_attn_values_match_float64_and_split_ranges) {
+FX_TEST(kernels_attn_values_match_float64_any_grouping_and_split) {
     struct fx_test_rng rng = {11};
     static const int dims[] = {64, 128, 80, 300, 8, 17};
-    enum { N = 37, STRIDE = 301 };
+    enum { N = 37, STRIDE = 301, N_OUT = 6, MAX_DIM = 300 };
     float *values = malloc(sizeof(float) * N * STRIDE);
-    float p[N], whole[300], split[300], init[300];
+    static float p[N_OUT][N], init[N_OUT][MAX_DIM], whole[N_OUT][MAX_DIM], part[N_OUT][MAX_DIM];
     assert_non_null(values);
     for (int i = 0; i < N * STRIDE; i++)
         values[i] = (float)fx_test_rng_normal(&rng);
-    for (int j = 0; j < N; j++)
-        p[j] = (float)fx_test_rng_f64(&rng);
+    for (int o = 0; o < N_OUT; o++)
+        for (int j = 0; j < N; j++)
+            p[o][j] = (float)fx_test_rng_f64(&rng);
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         const struct fx_kernels *k = fx_kernels_named(tables[t]);
         if (!k)
             continue;
         for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
             int dim = dims[d];
-            for (int i = 0; i < dim; i++)
-                init[i] = (float)fx_test_rng_normal(&rng);
-            memcpy(whole, init, sizeof(float) * (size_t)dim);
-            k->attn_values(whole, p, values, STRIDE, N, dim);
-            for (int i = 0; i < dim; i++) {
-                double ref = init[i], mag = fabs(init[i]);
-                for (int j = 0; j < N; j++) {
-                    ref += (double)p[j] * values[j * STRIDE + i];
-                    mag += fabs((double)p[j] * values[j * STRIDE + i]);
+            for (int o = 0; o < N_OUT; o++)
+                for (int i = 0; i < dim; i++)
+                    init[o][i] = (float)fx_test_rng_normal(&rng);
+            memcpy(whole, init, sizeof whole);
+            k->attn_values(whole[0], MAX_DIM, p[0], N, N_OUT, values, STRIDE, N, dim);
+            for (int o = 0; o < N_OUT; o++)
+                for (int i = 0; i < dim; i++) {
+                    double ref = init[o][i], mag = fabs(init[o][i]);
+                    for (int j = 0; j < N; j++) {
+                        ref += (double)p[o][j] * values[j * STRIDE + i];
+                        mag += fabs((double)p[o][j] * values[j * STRIDE + i]);
+                    }
+                    if (fabs(whole[o][i] - ref) > 1e-6 * mag)
+                        fail_msg("%s dim %d output %d element %d: %g, float64 %g", k->name, dim, o,
+                                 i, whole[o][i], ref);
                 }
-                if (fabs(whole[i] - ref) > 1e-6 * mag)
-                    fail_msg("%s dim %d element %d: %g, float64 %g", k->name, dim, i, whole[i],
-                             ref);
-            }
+            /* Each output alone, and every range split in two, give the same bits. */
             for (int cut = 0; cut <= N; cut += 6) {
-                memcpy(split, init, sizeof(float) * (size_t)dim);
-                k->attn_values(split, p, values, STRIDE, cut, dim);
-                k->attn_values(split, p + cut, values + cut * STRIDE, STRIDE, N - cut, dim);
-                assert_memory_equal(split, whole, sizeof(float) * (size_t)dim);
+                memcpy(part, init, sizeof part);
+                for (int o = 0; o < N_OUT; o++) {
+                    k->attn_values(part[o], MAX_DIM, p[o], N, 1, values, STRIDE, cut, dim);
+                    k->attn_values(part[o], MAX_DIM, p[o] + cut, N, 1, values + cut * STRIDE,
+                                   STRIDE, N - cut, dim);
+                }
+                for (int o = 0; o < N_OUT; o++)
+                    assert_memory_equal(part[o], whole[o], sizeof(float) * (size_t)dim);
             }
         }
     }

@@ -129,9 +129,8 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
                 continue;
             const float *values = fx_kv_step_v(&c->kv, il, b->i0, j0) + g * hd_v;
             float *out = ctx->s.att + (b->i0 + r) * att_dim + (int64_t)g * group * hd_v;
-            for (int hh = 0; hh < group; hh++)
-                k->attn_values(out + hh * hd_v, scores + (r * group + hh) * line + (j0 - b->lo[r]),
-                               values, v_stride, j1 - j0 + 1, hd_v);
+            k->attn_values(out, hd_v, scores + r * group * line + (j0 - b->lo[r]), line, group,
+                           values, v_stride, j1 - j0 + 1, hd_v);
         }
     }
 }

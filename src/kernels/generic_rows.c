@@ -152,10 +152,13 @@ void fx_attn_scores_generic(float *out, const float *q, const float *keys, int64
     }
 }
 
-void fx_attn_values_generic(float *out, const float *p, const float *values, int64_t value_stride,
-                            int64_t n, int64_t dim) {
-    for (int64_t j = 0; j < n; j++)
-        fx_axpy_generic(out, values + j * value_stride, p[j], dim);
+void fx_attn_values_generic(float *out, int64_t out_stride, const float *p, int64_t p_stride,
+                            int64_t n_out, const float *values, int64_t value_stride, int64_t n,
+                            int64_t dim) {
+    for (int64_t o = 0; o < n_out; o++)
+        for (int64_t j = 0; j < n; j++)
+            fx_axpy_generic(out + o * out_stride, values + j * value_stride, p[o * p_stride + j],
+                            dim);
 }
 
 void fx_axpy_generic(float *y, const float *x, float a, int64_t n) {

@@ -139,12 +139,14 @@ struct fx_kernels {
      * in the range), so a score is the same whichever range it is computed in. */
     void (*attn_scores)(float *out, const float *q, const float *keys, int64_t key_stride,
                         int64_t n_keys, int64_t dim, float scale);
-    /* Attention output: out += p[j] * (values + j * value_stride) for j = 0, 1, ..., n - 1 in
-     * that order, dim floats each, every step rounded as one fused multiply-add (or as a
-     * multiply and an add in the generic table). Accumulating a range in two calls gives the
-     * same bits as in one. */
-    void (*attn_values)(float *out, const float *p, const float *values, int64_t value_stride,
-                        int64_t n, int64_t dim);
+    /* Attention outputs sharing their values (the query heads of one KV head):
+     *   out_o += p_o[j] * (values + j * value_stride)  for j = 0, 1, ..., n - 1 in that order,
+     * for outputs o < n_out (out_o = out + o * out_stride, p_o = p + o * p_stride), dim floats
+     * each, every step rounded as one fused multiply-add (a multiply and an add in the generic
+     * table). An output's bits depend neither on n_out nor on splitting the range in two calls. */
+    void (*attn_values)(float *out, int64_t out_stride, const float *p, int64_t p_stride,
+                        int64_t n_out, const float *values, int64_t value_stride, int64_t n,
+                        int64_t dim);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
 };

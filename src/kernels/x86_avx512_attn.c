@@ -80,38 +80,65 @@ void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_
         scores_kernel(out, q, keys, key_stride, n_keys, dim, scale, (dim + 15) / 16);
 }
 
-/* One slice of at most 16 chunks (256 floats) of the head. */
-FORCE_INLINE void values_kernel(float *out, const float *p, const float *values, int64_t stride,
-                                int64_t n, int64_t dim, int64_t n_chunks) {
-    __m512 acc[16] = {0};
+/* n_out (<= 4) outputs of one slice of n_chunks (<= 4) chunks, or one output of up to 16
+ * chunks: every accumulator in a register, the outputs' chains independent of each other. */
+FORCE_INLINE void values_kernel(float *out, int64_t out_stride, const float *p, int64_t p_stride,
+                                int64_t n_out, const float *values, int64_t stride, int64_t n,
+                                int64_t dim, int64_t n_chunks) {
+    __m512 acc[4][16];
+#pragma GCC unroll 4
+    for (int o = 0; o < 4; o++)
 #pragma GCC unroll 16
-    for (int64_t c = 0; c < n_chunks; c++)
-        acc[c] = _mm512_maskz_loadu_ps(chunk_mask(dim, c), out + c * 16);
-    for (int64_t j = 0; j < n; j++) {
-        __m512 pj = _mm512_set1_ps(p[j]);
-        const float *v = values + j * stride;
+        for (int c = 0; c < 16; c++)
+            acc[o][c] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t o = 0; o < n_out; o++)
 #pragma GCC unroll 16
         for (int64_t c = 0; c < n_chunks; c++)
-            acc[c] =
-                _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(chunk_mask(dim, c), v + c * 16), acc[c]);
-    }
+            acc[o][c] = _mm512_maskz_loadu_ps(chunk_mask(dim, c), out + o * out_stride + c * 16);
+    for (int64_t j = 0; j < n; j++) {
+        const float *v = values + j * stride;
 #pragma GCC unroll 16
-    for (int64_t c = 0; c < n_chunks; c++)
-        _mm512_mask_storeu_ps(out + c * 16, chunk_mask(dim, c), acc[c]);
+        for (int64_t c = 0; c < n_chunks; c++) {
+            __m512 vc = _mm512_maskz_loadu_ps(chunk_mask(dim, c), v + c * 16);
+#pragma GCC unroll 4
+            for (int64_t o = 0; o < n_out; o++)
+                acc[o][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[o * p_stride + j]), vc, acc[o][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int64_t o = 0; o < n_out; o++)
+#pragma GCC unroll 16
+        for (int64_t c = 0; c < n_chunks; c++)
+            _mm512_mask_storeu_ps(out + o * out_stride + c * 16, chunk_mask(dim, c), acc[o][c]);
 }
 
-void fx_attn_values_avx512(float *out, const float *p, const float *values, int64_t value_stride,
-                           int64_t n, int64_t dim) {
-    if (dim == 64) {
-        values_kernel(out, p, values, value_stride, n, 64, 4);
-        return;
-    }
-    if (dim == 128) {
-        values_kernel(out, p, values, value_stride, n, 128, 8);
-        return;
-    }
-    for (int64_t d0 = 0; d0 < dim; d0 += 256) {
-        int64_t slice = dim - d0 < 256 ? dim - d0 : 256;
-        values_kernel(out + d0, p, values + d0, value_stride, n, slice, (slice + 15) / 16);
+void fx_attn_values_avx512(float *out, int64_t out_stride, const float *p, int64_t p_stride,
+                           int64_t n_out, const float *values, int64_t value_stride, int64_t n,
+                           int64_t dim) {
+    for (int64_t o = 0; o < n_out; o += 4) {
+        int64_t no = n_out - o < 4 ? n_out - o : 4;
+        float *oo = out + o * out_stride;
+        const float *po = p + o * p_stride;
+        /* Slices of 64 floats (4 chunks) for up to 4 outputs at once; the compile-time shapes
+         * cover head size 64 with 1..4 outputs. */
+        for (int64_t d0 = 0; d0 < dim; d0 += 64) {
+            int64_t slice = dim - d0 < 64 ? dim - d0 : 64;
+            if (slice == 64 && no == 4)
+                values_kernel(oo + d0, out_stride, po, p_stride, 4, values + d0, value_stride, n,
+                              64, 4);
+            else if (slice == 64 && no == 3)
+                values_kernel(oo + d0, out_stride, po, p_stride, 3, values + d0, value_stride, n,
+                              64, 4);
+            else if (slice == 64 && no == 2)
+                values_kernel(oo + d0, out_stride, po, p_stride, 2, values + d0, value_stride, n,
+                              64, 4);
+            else if (slice == 64)
+                values_kernel(oo + d0, out_stride, po, p_stride, 1, values + d0, value_stride, n,
+                              64, 4);
+            else
+                values_kernel(oo + d0, out_stride, po, p_stride, no, values + d0, value_stride, n,
+                              slice, (slice + 15) / 16);
+        }
     }
 }

@@ -7,7 +7,8 @@
 void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_t key_stride,
                            int64_t n_keys, int64_t dim, float scale);
 
-void fx_attn_values_avx512(float *out, const float *p, const float *values, int64_t value_stride,
-                           int64_t n, int64_t dim);
+void fx_attn_values_avx512(float *out, int64_t out_stride, const float *p, int64_t p_stride,
+                           int64_t n_out, const float *values, int64_t value_stride, int64_t n,
+                           int64_t dim);
 
 #endif
