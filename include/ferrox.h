@@ -328,8 +328,18 @@ fx_status fx_gguf_writer_write(struct fx_gguf_writer *w, const char *path, fx_gg
 
 struct fx_model;
 
+/* Progress of a long operation: fraction in [0, 1], non-decreasing, the last call with 1.
+ * Returning false cancels the operation (it fails with FX_ERR_CANCELLED). */
+typedef bool (*fx_progress_fn)(float fraction, void *user);
+
+/* Start from fx_model_default_params(). */
 struct fx_model_params {
-    int reserved; /* no options yet; use fx_model_default_params() */
+    /* NULL (the default): the weights are read from the mapped file when first used. Otherwise
+     * fx_model_load reads every page of tensor data once before returning (so that the first
+     * forward pass does not stall on page faults) and reports the fraction read, from the
+     * loading thread; a terminal can show a progress bar for a large file. */
+    fx_progress_fn progress;
+    void *progress_user;
 };
 
 struct fx_model_params fx_model_default_params(void);
@@ -540,6 +550,40 @@ void fx_stopper_reset(struct fx_stopper *st);
  * FERROX_CPU=generic|avx2|avx512 (an unknown or unsupported name is reported on stderr and the
  * best supported table is used). Thread-safe. */
 const char *fx_kernels_name(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Quantization
+ *
+ * fx_model_quantize writes a copy of a GGUF model with its weights converted, as llama-quantize
+ * does: the same metadata (general.file_type and general.quantization_version = 2 set, split keys
+ * dropped), tensors in llama.cpp's order, 2-D and 3-D weights converted from F32, F16 or BF16
+ * with llama.cpp's reference encoders (byte-identical files for the same choices), norms, biases
+ * and MoE routers kept as they are. The file is written under a temporary name and renamed into
+ * place, so a failure leaves no partial output.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_quantize_params {
+    /* A llama.cpp file type name: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S,
+     * Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, MXFP4_MOE (any case; Q3_K, Q4_K and
+     * Q5_K are the _M mixes, as in llama-quantize). */
+    const char *type;
+    bool pure;         /* every converted tensor gets the type's base type (no mix), like
+                          llama-quantize --pure */
+    int32_t n_threads; /* workers; 0: one per CPU this process may use */
+    /* Called from the calling thread as work completes, with the elements written so far and
+     * the total; NULL for none. */
+    void (*progress)(void *user, uint64_t done, uint64_t total);
+    void *progress_user;
+};
+
+struct fx_quantize_params fx_quantize_default_params(void); /* Q8_0, not pure, all CPUs */
+
+/* Converts the model at in_path into out_path. FX_ERR_INVALID_ARG for an unknown type name,
+ * FX_ERR_UNSUPPORTED for a weight that cannot be converted (an already quantized input weight,
+ * rows that fit no block size), FX_ERR_IO / FX_ERR_FORMAT for unreadable input or an unwritable
+ * output; the message names the file, tensor or key. */
+fx_status fx_model_quantize(const char *in_path, const char *out_path,
+                            const struct fx_quantize_params *params, struct fx_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Chat templates

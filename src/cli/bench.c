@@ -48,7 +48,7 @@ static void usage(FILE *out) {
             "                    [-t N,N...] [-r REPS] [-o md|csv|json]\n\n"
             "  -m FILE             a GGUF model (repeatable)\n"
             "  --synth SHAPE:TYPE  a model made by 'ferrox synth' for this run, e.g.\n"
-            "                      smollm2-135m:f16 (repeatable)\n"
+            "                      smollm2-135m:Q4_K_M (repeatable)\n"
             "  -p LIST             prompt lengths for pp tests (default 512; 0 for none)\n"
             "  -n LIST             generation lengths for tg tests (default 128; 0 for none)\n"
             "  -t LIST             thread counts (default: the number of CPUs)\n"
@@ -72,19 +72,35 @@ static double stddev(const double *x, int n) {
     return sqrt(s / (n - 1));
 }
 
+/* The type most of a file's weight bytes are in, for files without general.file_type. */
+static const char *dominant_type(const struct fx_gguf *g) {
+    uint64_t bytes[FX_TYPE_COUNT] = {0};
+    enum fx_type best = FX_TYPE_F32;
+    for (int64_t i = 0; i < fx_gguf_n_tensors(g); i++) {
+        const struct fx_tensor_view *t = fx_gguf_tensor_at(g, i);
+        bytes[t->type] += t->n_bytes;
+        if (bytes[t->type] > bytes[best])
+            best = t->type;
+    }
+    return fx_type_name(best);
+}
+
 /* "llama 135M Q8_0": architecture, parameter count and the file's weight type. */
 static void describe(const struct fx_model *m, char *buf, size_t size) {
-    uint64_t n = fx_model_n_params(m);
+    double n = (double)fx_model_n_params(m);
     char count[32];
-    if (n >= 1000000000ull)
-        snprintf(count, sizeof count, "%.1fB", (double)n / 1e9);
+    if (n >= 1e9)
+        snprintf(count, sizeof count, "%.1fB", n / 1e9);
+    else if (n >= 1e7)
+        snprintf(count, sizeof count, "%.0fM", n / 1e6);
     else
-        snprintf(count, sizeof count, "%.0fM", (double)n / 1e6);
+        snprintf(count, sizeof count, "%.2fM", n / 1e6);
     uint32_t ftype = UINT32_MAX;
     const char *type = NULL;
     if (fx_gguf_get_u32(fx_model_gguf(m), "general.file_type", &ftype, NULL) == FX_OK)
         type = fx_file_type_name(ftype);
-    snprintf(buf, size, "%s %s %s", fx_model_arch(m), count, type ? type : "?");
+    snprintf(buf, size, "%s %s %s", fx_model_arch(m), count,
+             type ? type : dominant_type(fx_model_gguf(m)));
 }
 
 /* Random token ids in [0, n_vocab), the same sequence for every test. */
@@ -218,9 +234,9 @@ static struct fx_model *load_model(const char *spec) {
     }
     char shape[64];
     const char *colon = strchr(spec + 6, ':');
-    enum fx_type type;
+    uint32_t ftype;
     if (!colon || (size_t)(colon - spec - 6) >= sizeof shape ||
-        !fx_type_from_name(colon + 1, &type)) {
+        !fx_file_type_from_name(colon + 1, &ftype)) {
         fprintf(stderr, "ferrox bench: --synth wants SHAPE:TYPE, got '%s'\n", spec + 6);
         return NULL;
     }
@@ -230,12 +246,12 @@ static struct fx_model *load_model(const char *spec) {
     snprintf(path, sizeof path, "%s/ferrox-bench-%ld.gguf", tmp && *tmp ? tmp : "/tmp",
              (long)getpid());
     struct fx_synth_model *plan;
-    if (fx_synth_plan(shape, type, 1, &plan, &err) != FX_OK) {
+    if (fx_synth_plan(shape, ftype, false, 1, &plan, &err) != FX_OK) {
         fprintf(stderr, "ferrox bench: %s\n", err.msg);
         return NULL;
     }
-    fprintf(stderr, "ferrox bench: synthesising %s %s ...\n", shape, fx_type_name(type));
-    fx_status st = fx_synth_write(plan, path, &err);
+    fprintf(stderr, "ferrox bench: synthesising %s %s ...\n", shape, fx_file_type_name(ftype));
+    fx_status st = fx_synth_write(plan, path, NULL, &err);
     fx_synth_model_free(plan);
     if (st == FX_OK)
         st = fx_model_load(path, NULL, &m, &err);

@@ -8,7 +8,11 @@ int fx_cli_inspect(int argc, char **argv);
 int fx_cli_synth(int argc, char **argv);
 int fx_cli_eval(int argc, char **argv);
 int fx_cli_bench(int argc, char **argv);
+int fx_cli_quantize(int argc, char **argv);
 int fx_cli_tokenize(int argc, char **argv);
+int fx_cli_run(int argc, char **argv);
+int fx_cli_chat(int argc, char **argv);
+int fx_cli_perplexity(int argc, char **argv);
 int fx_cli_bench_kernels(int argc, char **argv);
 
 #endif

@@ -17,7 +17,11 @@ static const struct command commands[] = {
     {"synth", fx_cli_synth, "write a random-weight GGUF model of a real model's shape"},
     {"eval", fx_cli_eval, "evaluate token ids: all-position logits, greedy continuation"},
     {"bench", fx_cli_bench, "llama-bench-style prefill (pp) and decode (tg) speed table"},
+    {"quantize", fx_cli_quantize, "convert weights to Q8_0, Q4_K_M, ... like llama-quantize"},
     {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
+    {"run", fx_cli_run, "generate text from a prompt, streamed as it comes"},
+    {"chat", fx_cli_chat, "interactive chat with a model's chat template"},
+    {"perplexity", fx_cli_perplexity, "perplexity of a text, as llama.cpp's perplexity tool"},
     {"bench-kernels", fx_cli_bench_kernels, "matvec and matmul speed per weight format and table"},
     {NULL, NULL, NULL},
 };

@@ -1,82 +1,119 @@
-/* ferrox synth --shape NAME --type f32|f16 -o FILE.gguf [--seed S]: writes a random-weight model
- * with a real model's tensor names, shapes and metadata (see model/synth.h). */
+/* ferrox synth --shape NAME --type TYPE -o FILE.gguf [--seed S] [--pure] [-t N]: writes a
+ * random-weight model with a real model's tensor names, shapes and metadata (see
+ * model/synth.h), in any file type `ferrox quantize` writes. */
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/progress.h"
+#include "cli/util.h"
 #include "ferrox.h"
+#include "model/ftype.h"
 #include "model/synth.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: ferrox synth --shape NAME --type f32|f16 -o FILE.gguf [--seed S]\n\n"
-                 "Writes a GGUF model with random weights (seeded, reproducible) and a synthetic\n"
-                 "vocabulary, in the tensor layout and metadata of a real model.\n\nshapes:");
+    char types[512];
+    fx_file_type_list(types, sizeof types);
+    fprintf(out,
+            "usage: ferrox synth --shape NAME --type TYPE -o FILE.gguf [--seed S] [--pure]\n"
+            "                    [-t THREADS]\n\n"
+            "Writes a GGUF model with random weights (seeded, reproducible) and a synthetic\n"
+            "vocabulary, in the tensor layout and metadata of a real model. TYPE is a file type\n"
+            "as for 'ferrox quantize': the weights get the same per-tensor types llama-quantize\n"
+            "would give that model (--pure: every weight TYPE's base type).\n\n"
+            "shapes:");
     for (const char *const *n = fx_synth_shape_names(); *n; n++)
         fprintf(out, " %s", *n);
-    fprintf(out, "\n");
+    fprintf(out, "\ntypes: %s\n", types);
 }
 
 int fx_cli_synth(int argc, char **argv) {
     const char *shape = NULL, *type_name = NULL, *out = NULL;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "ferrox synth: '%s' needs a value\n", a);
-            usage(stderr);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (strcmp(a, "--shape") == 0) {
-            shape = v;
-        } else if (strcmp(a, "--type") == 0) {
-            type_name = v;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            out = v;
-        } else if (strcmp(a, "--seed") == 0) {
+    bool pure = false;
+    struct fx_synth_write_params wp = {0};
+    static const struct option opts[] = {
+        {"shape", required_argument, NULL, 's'},  {"type", required_argument, NULL, 'y'},
+        {"output", required_argument, NULL, 'o'}, {"seed", required_argument, NULL, 'e'},
+        {"pure", no_argument, NULL, 'p'},         {"threads", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "o:t:h", opts, NULL)) != -1;) {
+        switch (c) {
+        case 's':
+            shape = optarg;
+            break;
+        case 'y':
+            type_name = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'e': {
             char *end;
             errno = 0;
-            seed = strtoull(v, &end, 0);
-            if (errno || *end || !*v || v[0] == '-') {
-                fprintf(stderr, "ferrox synth: bad seed '%s'\n", v);
+            seed = strtoull(optarg, &end, 0);
+            if (errno || *end || !*optarg || optarg[0] == '-') {
+                fprintf(stderr, "ferrox synth: bad seed '%s'\n", optarg);
                 return 2;
             }
-        } else {
-            fprintf(stderr, "ferrox synth: unknown option '%s'\n", a);
+            break;
+        }
+        case 'p':
+            pure = true;
+            break;
+        case 't':
+            if (!fx_cli_parse_int(optarg, 0, 1024, &wp.n_threads)) {
+                fprintf(stderr, "ferrox synth: bad thread count '%s' (0 to 1024)\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
             usage(stderr);
             return 2;
         }
     }
-    if (!shape || !type_name || !out) {
+    if (!shape || !type_name || !out || optind != argc) {
         usage(stderr);
         return 2;
     }
-    enum fx_type type;
-    if (!fx_type_from_name(type_name, &type)) {
-        fprintf(stderr, "ferrox synth: unknown type '%s'\n", type_name);
+    uint32_t ftype;
+    if (!fx_file_type_from_name(type_name, &ftype) || fx_file_type_base(ftype) == FX_TYPE_COUNT) {
+        char types[512];
+        fx_file_type_list(types, sizeof types);
+        fprintf(stderr, "ferrox synth: unknown type '%s' (one of: %s)\n", type_name, types);
         return 2;
     }
     struct fx_synth_model *m;
     struct fx_error err;
-    if (fx_synth_plan(shape, type, seed, &m, &err) != FX_OK) {
+    if (fx_synth_plan(shape, ftype, pure, seed, &m, &err) != FX_OK) {
         fprintf(stderr, "ferrox synth: %s\n", err.msg);
         return 2;
     }
+    struct fx_cli_progress bar;
+    fx_cli_progress_init(&bar, "generating");
+    wp.progress = fx_cli_progress_update;
+    wp.progress_user = &bar;
+    double t0 = fx_cli_now();
+    fx_status st = fx_synth_write(m, out, &wp, &err);
+    fx_cli_progress_end(&bar);
     int rc = 0;
-    if (fx_synth_write(m, out, &err) != FX_OK) {
+    if (st != FX_OK) {
         fprintf(stderr, "ferrox synth: %s: %s\n", out, err.msg);
         rc = 1;
     } else {
-        printf("wrote %s: shape %s, %s weights, seed %" PRIu64 ", %" PRId64 " tensors, %" PRId64
-               " parameters\n",
-               out, shape, fx_type_name(type), seed, m->n_tensors, fx_synth_n_params(m));
+        printf("wrote %s: shape %s, %s%s, seed %" PRIu64 ", %" PRId64 " tensors, %" PRId64
+               " parameters, %.2f MiB of weights in %.1f s\n",
+               out, shape, fx_file_type_name(ftype), pure ? " (pure)" : "", seed, m->n_tensors,
+               fx_synth_n_params(m), (double)fx_synth_n_bytes(m) / (1024.0 * 1024.0),
+               fx_cli_now() - t0);
     }
     fx_synth_model_free(m);
     return rc;

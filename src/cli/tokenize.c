@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/util.h"
 #include "ferrox.h"
 #include "tok/utf8.h"
 
@@ -27,40 +28,6 @@ static void usage(FILE *out) {
             "  --no-bos          add no BOS/EOS even if the model asks for them\n"
             "  --parse-special   turn special-token text (<s>, <|im_start|>) into those tokens\n"
             "  --bench           time tokenizing and detokenizing the text instead of printing\n");
-}
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap)
-            break;
-        char *grown = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-        if (!grown) {
-            free(buf);
-            return NULL;
-        }
-        buf = grown;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-static char *read_input(const char *path, size_t *len) {
-    if (strcmp(path, "-") == 0)
-        return read_all(stdin, len);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *buf = read_all(f, len);
-    fclose(f);
-    return buf;
 }
 
 /* Writes a piece so that it cannot break the line: valid UTF-8 characters as they are. */
@@ -178,7 +145,7 @@ int fx_cli_tokenize(int argc, char **argv) {
 
     size_t len = prompt ? strlen(prompt) : 0;
     char *text = NULL;
-    if (file && !(text = read_input(file, &len))) {
+    if (file && !(text = fx_cli_read_file(file, &len))) {
         fprintf(stderr, "ferrox tokenize: cannot read '%s': %s\n", file, strerror(errno));
         return 1;
     }

@@ -1,8 +1,11 @@
 #include "cli/util.h"
 
+#include "core/error.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 bool fx_cli_parse_int(const char *s, long lo, long hi, int *out) {
@@ -74,4 +77,92 @@ fx_token fx_cli_argmax(const float *logits, int n) {
         if (logits[i] > logits[best])
             best = i;
     return best;
+}
+
+bool fx_cli_parse_float(const char *s, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    /* strtod also takes "nan" and hexadecimal; NaN fails the range check below. */
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return false;
+    *out = (float)v;
+    return true;
+}
+
+static char *read_stream(FILE *f, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1)
+            break;
+        char *grown = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
+        if (!grown) {
+            free(buf);
+            errno = ENOMEM;
+            return NULL;
+        }
+        buf = grown;
+        cap *= 2;
+    }
+    if (!buf) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (ferror(f)) {
+        free(buf);
+        errno = EIO;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+char *fx_cli_read_file(const char *path, size_t *len) {
+    if (strcmp(path, "-") == 0)
+        return read_stream(stdin, len);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = read_stream(f, len);
+    int e = errno;
+    fclose(f);
+    errno = e;
+    return buf;
+}
+
+fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_t len,
+                               bool add_special, bool parse_special, fx_token **ids, size_t *n,
+                               struct fx_error *err) {
+    /* A first guess that fits nearly every text; the tokenizer says how many it needs if not. */
+    size_t cap = len + 16;
+    *ids = NULL;
+    *n = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        *ids = malloc(cap * sizeof **ids);
+        if (!*ids)
+            return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory for %zu tokens",
+                                cap);
+        fx_status st = fx_tokenize(v, text, len, add_special, parse_special, *ids, cap, n, err);
+        if (st == FX_ERR_CAPACITY) {
+            cap = *n;
+            continue;
+        }
+        if (st != FX_OK) {
+            free(*ids);
+            *ids = NULL;
+            *n = 0;
+            return st;
+        }
+        fx_token bos = fx_vocab_bos(v);
+        if (add_special && fx_vocab_add_bos(v) && *n >= 2 && (*ids)[0] == bos && (*ids)[1] == bos)
+            memmove(*ids, *ids + 1, --*n * sizeof **ids);
+        return FX_OK;
+    }
+    free(*ids);
+    *ids = NULL;
+    return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET, "tokenizer output kept growing");
 }

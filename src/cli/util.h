@@ -23,4 +23,18 @@ int fx_cli_write_file(const char *path, const void *data, size_t size);
 /* Index of the largest logit, ties to the lowest index. */
 fx_token fx_cli_argmax(const float *logits, int n);
 
+/* A decimal floating-point number (or "inf", "-inf") in [lo, hi]; false for anything else. */
+bool fx_cli_parse_float(const char *s, double lo, double hi, float *out);
+
+/* Reads a whole file ("-": standard input) into a malloc'd buffer with a NUL after its *len
+ * bytes; NULL with errno set when it cannot. */
+char *fx_cli_read_file(const char *path, size_t *len);
+
+/* Tokenizes text[0..len) into a malloc'd array *ids of *n tokens (the caller frees it). With
+ * add_special, BOS/EOS are added as the vocabulary says, except that a BOS the text writes itself
+ * (a chat template's bos_token, read as a special token with parse_special) is not doubled. */
+fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_t len,
+                               bool add_special, bool parse_special, fx_token **ids, size_t *n,
+                               struct fx_error *err);
+
 #endif

@@ -50,6 +50,10 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     }
 }
 
+/* Keys scored together for every row and head of a block: 64 keys of head_dim 64..128 floats
+ * (16-32 KiB) stay in L1 while they are reused. */
+#define ATT_KEY_TILE 64
+
 /* A block of query rows and the key positions each row sees. The rows of a block share one
  * sequence's cache (with the contiguous kind, every row of a step does). */
 struct att_block {
@@ -84,24 +88,25 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
-    fx_vec_dot_fn dot = k->types[FX_TYPE_F32].vec_dot;
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
     int64_t q_dim = hp->n_head * hd, att_dim = hp->n_head * hd_v;
     int group = hp->n_head / hp->n_head_kv;
     int64_t line = ctx->n_ctx;
 
-    for (int32_t j = b->lo_min; j <= b->pos_max; j++) {
-        const float *key = fx_kv_step_k(&c->kv, il, b->i0, j) + g * hd;
+    /* Scores, a tile of keys at a time so that the tile stays in L1 while every row and head
+     * of the block reads it. */
+    int64_t k_stride = fx_kv_step_k_stride(&c->kv, b->i0);
+    for (int32_t t0 = b->lo_min; t0 <= b->pos_max; t0 += ATT_KEY_TILE) {
+        int32_t t1 = t0 + ATT_KEY_TILE - 1 < b->pos_max ? t0 + ATT_KEY_TILE - 1 : b->pos_max;
         for (int64_t r = 0; r < b->n; r++) {
-            if (j < b->lo[r] || j > b->pos[r])
+            int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
+            if (j0 > j1)
                 continue;
+            const float *keys = fx_kv_step_k(&c->kv, il, b->i0, j0) + g * hd;
             const float *q = ctx->s.q + (b->i0 + r) * q_dim + (int64_t)g * group * hd;
-            float *sc = scores + r * group * line + (j - b->lo[r]);
-            for (int hh = 0; hh < group; hh++) {
-                float s;
-                dot(hd, &s, key, q + hh * hd);
-                sc[hh * line] = s * hp->attn_scale;
-            }
+            for (int hh = 0; hh < group; hh++)
+                k->attn_scores(scores + (r * group + hh) * line + (j0 - b->lo[r]), q + hh * hd,
+                               keys, k_stride, j1 - j0 + 1, hd, hp->attn_scale);
         }
     }
     for (int64_t r = 0; r < b->n; r++) {
@@ -115,15 +120,18 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
             memset(ctx->s.att + (b->i0 + r) * att_dim + h * hd_v, 0, (size_t)hd_v * sizeof(float));
         }
     }
-    for (int32_t j = b->lo_min; j <= b->pos_max; j++) {
-        const float *value = fx_kv_step_v(&c->kv, il, b->i0, j) + g * hd_v;
+    int64_t v_stride = fx_kv_step_v_stride(&c->kv, b->i0);
+    for (int32_t t0 = b->lo_min; t0 <= b->pos_max; t0 += ATT_KEY_TILE) {
+        int32_t t1 = t0 + ATT_KEY_TILE - 1 < b->pos_max ? t0 + ATT_KEY_TILE - 1 : b->pos_max;
         for (int64_t r = 0; r < b->n; r++) {
-            if (j < b->lo[r] || j > b->pos[r])
+            int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
+            if (j0 > j1)
                 continue;
+            const float *values = fx_kv_step_v(&c->kv, il, b->i0, j0) + g * hd_v;
             float *out = ctx->s.att + (b->i0 + r) * att_dim + (int64_t)g * group * hd_v;
-            const float *p = scores + r * group * line + (j - b->lo[r]);
             for (int hh = 0; hh < group; hh++)
-                k->axpy(out + hh * hd_v, value, p[hh * line], hd_v);
+                k->attn_values(out + hh * hd_v, scores + (r * group + hh) * line + (j0 - b->lo[r]),
+                               values, v_stride, j1 - j0 + 1, hd_v);
         }
     }
 }
@@ -152,14 +160,13 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     const struct fx_layer *l = &ctx->model->layers[il];
     const struct fx_scratch *s = &ctx->s;
     int64_t dim = hp->n_embd, n = c->n;
-
-    fx_dec_norm_rows_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim);
-    fx_par_barrier(w);
-    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
+    int64_t att_dim = (int64_t)hp->n_head * hp->head_dim_v;
 
     const struct fx_mat *qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *qkv_out[3] = {s->q, s->k, s->v};
-    fx_dec_project_on_worker(w, ctx, s->xn, n, dim, 3, qkv, qkv_out);
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 3, qkv);
+    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 3, qkv, qkv_out);
 
     prepare_qkv_on_worker(w, c, il);
     fx_par_barrier(w);
@@ -169,15 +176,17 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
 
     attend_on_worker(w, c, il);
     fx_par_barrier(w);
-    int64_t att_dim = (int64_t)hp->n_head * hp->head_dim_v;
     fx_dec_dump(w, c, "attn_out", il, s->att, n, att_dim);
 
+    /* Heads of one row were written by several workers: quantize after the barrier. */
     const struct fx_mat *wo[1] = {&l->wo};
     float *wo_out[1] = {s->h};
-    fx_dec_project_on_worker(w, ctx, s->att, n, att_dim, 1, wo, wo_out);
-
     int64_t b, e;
-    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
+    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_quantize_rows(ctx, s->att, b, e, att_dim, 1, wo);
+    fx_par_barrier(w);
+    fx_dec_matmuls_on_worker(w, ctx, s->att, n, att_dim, 1, wo, wo_out);
+
     for (int64_t i = b; i < e; i++) {
         float *h = s->h + i * dim;
         if (l->bo)
@@ -186,6 +195,5 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
             ctx->k->rms_norm(h, h, l->post_attn_norm, dim, hp->rms_eps);
         ctx->k->add(s->x + i * dim, s->x + i * dim, h, dim);
     }
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "ffn_inp", il, s->x, n, dim);
 }

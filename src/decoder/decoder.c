@@ -49,37 +49,38 @@ void fx_fwd_finish(const struct fx_fwd *f) {
     f->ctx->kv.n_filled = f->pos0 + (int32_t)f->n;
 }
 
-void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx, float *out,
-                                const float *in, const float *weight, int64_t n, int64_t dim) {
-    int64_t b, e;
-    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
-    for (int64_t i = b; i < e; i++)
-        ctx->k->rms_norm(out + i * dim, in + i * dim, weight, dim, ctx->model->hp.rms_eps);
-}
-
-/* Bytes of one activation row of n_in elements in `type`. The context checked at creation that
- * every input width of the model is a whole number of blocks of the formats it uses. */
+/* Bytes of one activation row of n_in elements in `type`. Every input width of a model is a whole
+ * number of blocks of the formats its matrices are dotted with (the loader checked the shapes). */
 static uint64_t act_row_bytes(enum fx_type type, int64_t n_in) {
     uint64_t bytes = 0;
     fx_type_row_bytes(type, n_in, &bytes);
     return bytes;
 }
 
-void fx_dec_quantize_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                               const float *src, int64_t n, int64_t n_in, int nw,
-                               const struct fx_mat *const *ws) {
+void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
+                          int64_t n_in, int nw, const struct fx_mat *const *ws) {
     const struct fx_kernels *k = ctx->k;
-    uint64_t quantized = 0; /* bit t: src already quantized to type t */
+    uint64_t done = 0; /* bit t: rows already quantized to type t */
     for (int i = 0; i < nw; i++) {
         enum fx_type t = k->types[ws[i]->type].vec_dot_type;
-        if (t == FX_TYPE_F32 || (quantized >> t) & 1)
+        if (t == FX_TYPE_F32 || (done >> t) & 1)
             continue;
-        fx_quantize_act(k, t, src, n_in, n, n_in, ctx->s.act[t], act_row_bytes(t, n_in), w->ith,
-                        w->nth);
-        quantized |= 1ull << t;
+        done |= 1ull << t;
+        uint64_t stride = act_row_bytes(t, n_in);
+        for (int64_t r = r0; r < r1; r++)
+            k->types[t].quantize_act(src + r * n_in, (uint8_t *)ctx->s.act[t] + r * stride, n_in);
     }
-    if (quantized)
-        fx_par_barrier(w);
+}
+
+void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                                 float *out, const float *in, const float *weight, int64_t n,
+                                 int64_t dim, int nw, const struct fx_mat *const *ws) {
+    int64_t b, e;
+    fx_dec_own_rows(w, n, &b, &e);
+    for (int64_t i = b; i < e; i++)
+        ctx->k->rms_norm(out + i * dim, in + i * dim, weight, dim, ctx->model->hp.rms_eps);
+    fx_dec_quantize_rows(ctx, out, b, e, dim, nw, ws);
+    fx_par_barrier(w);
 }
 
 const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
@@ -93,10 +94,9 @@ const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, c
     return (const uint8_t *)ctx->s.act[t] + (uint64_t)r * *stride;
 }
 
-void fx_dec_project_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                               const float *src, int64_t n, int64_t n_in, int nw,
                               const struct fx_mat *const *ws, float *const *outs) {
-    fx_dec_quantize_on_worker(w, ctx, src, n, n_in, nw, ws);
     for (int i = 0; i < nw; i++) {
         uint64_t stride;
         const void *act = fx_dec_act_rows(ctx, ws[i]->type, src, n_in, 0, &stride);
@@ -112,7 +112,7 @@ static void embed_on_worker(const struct fx_worker *w, const struct fx_chunk *c)
     const struct fx_mat *e = &m->tok_embd;
     int64_t dim = m->hp.n_embd;
     int64_t b, end;
-    fx_par_range(c->n, w->ith, w->nth, 1, &b, &end);
+    fx_dec_own_rows(w, c->n, &b, &end);
     for (int64_t i = b; i < end; i++) {
         fx_token t = c->f->tokens[c->row0 + i];
         float *x = ctx->s.x + i * dim;
@@ -121,7 +121,6 @@ static void embed_on_worker(const struct fx_worker *w, const struct fx_chunk *c)
         if (m->hp.embd_scale != 1.0f)
             ctx->k->scale(x, x, m->hp.embd_scale, dim);
     }
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "inp_embd", -1, ctx->s.x, c->n, dim);
 }
 
@@ -139,9 +138,12 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         r0 = c->n - 1;
         nr = 1;
     }
-    float *xn = ctx->s.xn + r0 * dim;
-    fx_dec_norm_rows_on_worker(w, ctx, xn, ctx->s.x + r0 * dim, m->output_norm, nr, dim);
+    /* The rows this region normalises may belong to another worker (the last row alone). */
     fx_par_barrier(w);
+    float *xn = ctx->s.xn + r0 * dim;
+    const struct fx_mat *ws[1] = {&m->output};
+    int nw = f->logits_rows == FX_LOGITS_NONE ? 0 : 1;
+    fx_dec_norm_input_on_worker(w, ctx, xn, ctx->s.x + r0 * dim, m->output_norm, nr, dim, nw, ws);
     fx_dec_dump(w, c, "result_norm", -1, xn, nr, dim);
     if (f->hidden) {
         int64_t b, e;
@@ -152,15 +154,13 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     if (f->logits_rows == FX_LOGITS_NONE)
         return;
     float *logits = f->logits_rows == FX_LOGITS_LAST ? f->logits : f->logits + c->row0 * n_vocab;
-    const struct fx_mat *ws[1] = {&m->output};
     float *outs[1] = {logits};
-    fx_dec_project_on_worker(w, ctx, xn, nr, dim, 1, ws, outs);
+    fx_dec_matmuls_on_worker(w, ctx, xn, nr, dim, 1, ws, outs);
     if (m->hp.final_softcap > 0.0f) {
         int64_t b, e;
         fx_par_range(nr, w->ith, w->nth, 1, &b, &e);
         for (int64_t i = b; i < e; i++)
             ctx->k->softcap(logits + i * n_vocab, n_vocab, m->hp.final_softcap);
-        fx_par_barrier(w);
     }
     fx_dec_dump(w, c, "result_output", -1, logits, nr, n_vocab);
 }

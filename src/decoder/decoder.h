@@ -100,7 +100,8 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache is filled. */
 void fx_fwd_finish(const struct fx_fwd *f);
 
-/* ---- blocks (each ends with a barrier; x holds the residual stream in and out) ---- */
+/* ---- blocks: x holds the residual stream in and out; each block leaves x's rows complete for
+ * their owners (fx_dec_own_rows), not for every worker ---- */
 
 void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
@@ -108,25 +109,33 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
 
 /* ---- shared steps ---- */
 
-/* out[i] = rms_norm(in[i]) * weight for this worker's share of n rows of dim floats. No
- * barrier. */
-void fx_dec_norm_rows_on_worker(const struct fx_worker *w, const struct fx_context *ctx, float *out,
-                                const float *in, const float *weight, int64_t n, int64_t dim);
+/* Row ownership: in every row-wise region a worker handles the same rows [*b, *e) of the n rows,
+ * so it may read back what it wrote to its own rows without waiting for the others (a residual
+ * add and the next block's norm need no barrier between them). */
+static inline void fx_dec_own_rows(const struct fx_worker *w, int64_t n, int64_t *b, int64_t *e) {
+    fx_par_range(n, w->ith, w->nth, 1, b, e);
+}
 
-/* outs[i] = src * ws[i]^T for n rows of n_in floats (rows n_in apart; outs[i] rows ws[i]->ne1
- * apart): quantizes src once per activation format the weights need, then every worker computes
- * its share of each matmul. Ends with a barrier. */
-void fx_dec_project_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+/* Rows r0..r1 of src (rows n_in floats apart) into the activation format of each matrix of ws
+ * that is not dotted with f32 rows. No barrier. */
+void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
+                          int64_t n_in, int nw, const struct fx_mat *const *ws);
+
+/* For this worker's rows: out = rms_norm(in) * weight, quantized for the matrices ws that read
+ * it next. Ends with a barrier. */
+void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                                 float *out, const float *in, const float *weight, int64_t n,
+                                 int64_t dim, int nw, const struct fx_mat *const *ws);
+
+/* outs[i] = src * ws[i]^T for n rows of n_in floats (outs[i] rows ws[i]->ne1 apart), from the
+ * activation rows fx_dec_quantize_rows made of src; every worker computes its share of each
+ * matmul. Ends with a barrier. */
+void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                               const float *src, int64_t n, int64_t n_in, int nw,
                               const struct fx_mat *const *ws, float *const *outs);
 
-/* The two halves of fx_dec_project_on_worker, for callers that run several matmuls over parts of
- * one input (the experts). quantize: src into the activation buffer of each format ws need,
- * followed by a barrier when anything was quantized. act_rows: where row r of src is in the
- * format `w_type` is dotted with, and the stride of such rows. */
-void fx_dec_quantize_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                               const float *src, int64_t n, int64_t n_in, int nw,
-                               const struct fx_mat *const *ws);
+/* Where row r of src is in the activation format w_type is dotted with, and the stride of such
+ * rows (src itself for f32). */
 const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
                             int64_t n_in, int64_t r, uint64_t *stride);
 

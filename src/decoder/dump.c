@@ -8,11 +8,22 @@
 #include "core/log.h"
 #include "decoder/decoder.h"
 
+static void write_rows(const char *dir, const struct fx_chunk *c, const char *name, int il,
+                       const float *buf, int64_t n, int64_t dim);
+
 void fx_dec_dump(const struct fx_worker *w, const struct fx_chunk *c, const char *name, int il,
                  const float *buf, int64_t n, int64_t dim) {
     const char *dir = c->f->ctx->dump_dir;
-    if (!dir || w->ith != 0)
+    if (!dir)
         return;
+    fx_par_barrier(w); /* buf is complete */
+    if (w->ith == 0)
+        write_rows(dir, c, name, il, buf, n, dim);
+    fx_par_barrier(w); /* nobody changes buf while it is written */
+}
+
+static void write_rows(const char *dir, const struct fx_chunk *c, const char *name, int il,
+                       const float *buf, int64_t n, int64_t dim) {
     char path[4096];
     if (il >= 0)
         snprintf(path, sizeof path, "%s/%s-%d.bin", dir, name, il);

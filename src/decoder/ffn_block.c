@@ -35,22 +35,20 @@ void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     const struct fx_scratch *s = &ctx->s;
     int64_t dim = hp->n_embd, n_ff = hp->n_ff, n = c->n;
 
-    fx_dec_norm_rows_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim);
-    fx_par_barrier(w);
-    fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
-
     const struct fx_mat *gate_up[2] = {&l->ffn_gate, &l->ffn_up};
     float *gate_up_out[2] = {s->gate, s->up};
-    fx_dec_project_on_worker(w, ctx, s->xn, n, dim, 2, gate_up, gate_up_out);
-
-    int64_t b, e;
-    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
-    fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, b, e);
-    fx_par_barrier(w);
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, 2, gate_up);
+    fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 2, gate_up, gate_up_out);
 
     const struct fx_mat *down[1] = {&l->ffn_down};
     float *down_out[1] = {s->h};
-    fx_dec_project_on_worker(w, ctx, s->gate, n, n_ff, 1, down, down_out);
+    int64_t b, e;
+    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, b, e);
+    fx_dec_quantize_rows(ctx, s->gate, b, e, n_ff, 1, down);
+    fx_par_barrier(w);
+    fx_dec_matmuls_on_worker(w, ctx, s->gate, n, n_ff, 1, down, down_out);
 
     for (int64_t i = b; i < e; i++) {
         float *h = s->h + i * dim;
@@ -58,6 +56,5 @@ void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
             ctx->k->rms_norm(h, h, l->post_ffn_norm, dim, hp->rms_eps);
         ctx->k->add(s->x + i * dim, s->x + i * dim, h, dim);
     }
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "l_out", il, s->x, n, dim);
 }

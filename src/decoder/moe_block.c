@@ -116,15 +116,13 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     int64_t n_slots = n * hp->n_expert_used;
     int64_t b, e;
 
-    fx_dec_norm_rows_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim);
-    fx_par_barrier(w);
-    fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
-
     const struct fx_mat *router[1] = {&l->router};
     float *router_out[1] = {s->router};
-    fx_dec_project_on_worker(w, ctx, s->xn, n, dim, 1, router, router_out);
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, 1, router);
+    fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 1, router, router_out);
 
-    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
+    fx_dec_own_rows(w, n, &b, &e);
     for (int64_t i = b; i < e; i++)
         route_row(ctx, l, i);
     fx_par_barrier(w);
@@ -132,39 +130,38 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         group_by_expert(ctx, n);
     fx_par_barrier(w);
 
+    /* Each worker gathers and quantizes its share of the grouped slots. */
+    const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};
     fx_par_range(n_slots, w->ith, w->nth, 1, &b, &e);
     for (int64_t r = b; r < e; r++)
         memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim, (size_t)dim * sizeof(float));
+    fx_dec_quantize_rows(ctx, s->xg, b, e, dim, 2, gate_up);
     fx_par_barrier(w);
-
-    const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};
-    fx_dec_quantize_on_worker(w, ctx, s->xg, n_slots, dim, 2, gate_up);
     experts_matmul_on_worker(w, ctx, &l->gate_exps, s->xg, dim, s->gate);
     experts_matmul_on_worker(w, ctx, &l->up_exps, s->xg, dim, s->up);
     fx_par_barrier(w);
 
+    const struct fx_mat *down[1] = {&l->down_exps.per};
     if (l->gate_exps_b) {
         add_expert_bias(ctx, s->gate, l->gate_exps_b, n_ff, b, e);
         add_expert_bias(ctx, s->up, l->up_exps_b, n_ff, b, e);
     }
     fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, b, e);
+    fx_dec_quantize_rows(ctx, s->gate, b, e, n_ff, 1, down);
     fx_par_barrier(w);
-
-    const struct fx_mat *down[1] = {&l->down_exps.per};
-    fx_dec_quantize_on_worker(w, ctx, s->gate, n_slots, n_ff, 1, down);
     experts_matmul_on_worker(w, ctx, &l->down_exps, s->gate, n_ff, s->yg);
     fx_par_barrier(w);
 
-    if (l->down_exps_b)
+    if (l->down_exps_b) {
         add_expert_bias(ctx, s->yg, l->down_exps_b, dim, b, e);
-    fx_par_barrier(w);
-    fx_par_range(n, w->ith, w->nth, 1, &b, &e);
+        fx_par_barrier(w);
+    }
+    fx_dec_own_rows(w, n, &b, &e);
     for (int64_t i = b; i < e; i++)
         for (int32_t k = 0; k < hp->n_expert_used; k++) {
             int64_t slot = s->slot[i * hp->n_expert_used + k];
             ctx->k->axpy(s->x + i * dim, s->yg + slot * dim, s->sel_w[i * hp->n_expert_used + k],
                          dim);
         }
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "l_out", il, s->x, n, dim);
 }

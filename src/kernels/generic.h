@@ -120,6 +120,10 @@ void fx_swiglu_oai_generic(float *out, const float *g, const float *u, int64_t n
 void fx_add_generic(float *out, const float *a, const float *b, int64_t n);
 void fx_scale_generic(float *out, const float *x, float s, int64_t n);
 void fx_axpy_generic(float *y, const float *x, float a, int64_t n);
+void fx_attn_values_generic(float *out, const float *p, const float *values, int64_t value_stride,
+                            int64_t n, int64_t dim);
+void fx_attn_scores_generic(float *out, const float *q, const float *keys, int64_t key_stride,
+                            int64_t n_keys, int64_t dim, float scale);
 int64_t fx_argmax_generic(const float *x, int64_t n);
 
 #endif

@@ -134,6 +134,17 @@ struct fx_kernels {
     void (*add)(float *out, const float *a, const float *b, int64_t n); /* out may be a or b */
     void (*scale)(float *out, const float *x, float s, int64_t n);      /* out may be x */
     void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
+    /* Attention scores: out[j] = scale * dot(q, keys + j * key_stride) for 0 <= j < n_keys, dim
+     * floats each. Each out[j] depends only on q and key row j (never on n_keys or on j's place
+     * in the range), so a score is the same whichever range it is computed in. */
+    void (*attn_scores)(float *out, const float *q, const float *keys, int64_t key_stride,
+                        int64_t n_keys, int64_t dim, float scale);
+    /* Attention output: out += p[j] * (values + j * value_stride) for j = 0, 1, ..., n - 1 in
+     * that order, dim floats each, every step rounded as one fused multiply-add (or as a
+     * multiply and an add in the generic table). Accumulating a range in two calls gives the
+     * same bits as in one. */
+    void (*attn_values)(float *out, const float *p, const float *values, int64_t value_stride,
+                        int64_t n, int64_t dim);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
 };

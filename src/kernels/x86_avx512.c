@@ -12,6 +12,8 @@
 
 #include "kernels/x86_avx512.h"
 
+#include "kernels/x86_avx512_attn.h"
+
 #include "kernels/generic.h"
 
 /* ---- float formats ------------------------------------------------------------------------- */
@@ -245,6 +247,8 @@ const struct fx_kernels fx_kernels_avx512_part = {
             [FX_TYPE_Q5_K] = R16_OPS(vec_dot_q5_K),
             [FX_TYPE_Q6_K] = R16_OPS(vec_dot_q6_K),
         },
+    .attn_scores = fx_attn_scores_avx512,
+    .attn_values = fx_attn_values_avx512,
 };
 
 #endif

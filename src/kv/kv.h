@@ -69,6 +69,26 @@ static inline float *fx_kv_step_k(const struct fx_kv_step *s, int il, int64_t i,
     return NULL;
 }
 
+/* Floats between the K rows of consecutive positions of row i's sequence; keys from pos_a to
+ * pos_b lie at fx_kv_step_k(.., pos_a) + (pos - pos_a) * stride. */
+static inline int64_t fx_kv_step_k_stride(const struct fx_kv_step *s, int64_t i) {
+    (void)i;
+    switch (s->kind) {
+    case FX_KV_CONTIG:
+        return s->u.contig.kv->k_dim;
+    }
+    return 0;
+}
+
+static inline int64_t fx_kv_step_v_stride(const struct fx_kv_step *s, int64_t i) {
+    (void)i;
+    switch (s->kind) {
+    case FX_KV_CONTIG:
+        return s->u.contig.kv->v_dim;
+    }
+    return 0;
+}
+
 static inline float *fx_kv_step_v(const struct fx_kv_step *s, int il, int64_t i, int64_t pos) {
     (void)i;
     switch (s->kind) {

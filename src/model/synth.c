@@ -10,28 +10,129 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/encode.h"
+#include "model/ftype.h"
+#include "model/quant.h"
 
 struct fx_synth_shape {
     const char *name, *arch, *model_name;
-    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_vocab;
+    int64_t n_ff; /* the dense FFN width, or each expert's */
     uint32_t n_ctx;
     float rope_base, rms_eps;
     bool tied;        /* no output.weight: logits use token_embd.weight */
     bool qk_norm;     /* per-head RMS norm of Q and K (attn_q_norm, attn_k_norm) */
     bool head_keys;   /* attention.key_length / value_length (head_dim != n_embd / n_head) */
     bool llama3_rope; /* rope_freqs.weight with Llama 3.1 scaling (factor 32, 8192 original) */
+    /* gpt-oss only: experts (with biases), attention biases and sinks, every second layer
+     * sliding, YaRN */
+    int64_t n_expert, n_expert_used;
+    uint32_t n_swa, yarn_ctx;
+    float yarn_factor;
 };
 
-/* The shapes. Dimensions are those of the released models' config.json files. */
+/* The shapes. Dimensions are those of the released models' config.json files; "tiny" and
+ * "tiny-moe" are small models of the same layouts for tests, with rows of 256 so that every
+ * type, K-quants included, applies to every weight without a fallback. */
 static const struct fx_synth_shape shapes[] = {
-    {"tiny", "llama", "ferrox-tiny", 128, 4, 2, 1, 64, 384, 2048, 512, 10000.0f, 1e-5f, false,
-     false, false, false},
-    {"smollm2-135m", "llama", "SmolLM2-135M", 576, 30, 9, 3, 64, 1536, 49152, 8192, 100000.0f,
-     1e-5f, true, false, false, false},
-    {"qwen3-0.6b", "qwen3", "Qwen3-0.6B", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f,
-     1e-6f, true, true, true, false},
-    {"llama-3.2-1b", "llama", "Llama-3.2-1B", 2048, 16, 32, 8, 64, 8192, 128256, 131072, 500000.0f,
-     1e-5f, true, false, false, true},
+    {.name = "tiny",
+     .arch = "llama",
+     .model_name = "ferrox-tiny",
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_vocab = 2048,
+     .n_ff = 512,
+     .n_ctx = 512,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f},
+    {.name = "tiny-moe",
+     .arch = "gpt-oss",
+     .model_name = "ferrox-tiny-moe",
+     .n_embd = 256,
+     .n_layer = 2,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_vocab = 2048,
+     .n_ff = 256,
+     .n_ctx = 131072,
+     .rope_base = 150000.0f,
+     .rms_eps = 1e-5f,
+     .head_keys = true,
+     .n_expert = 4,
+     .n_expert_used = 2,
+     .n_swa = 128,
+     .yarn_ctx = 4096,
+     .yarn_factor = 32.0f},
+    {.name = "smollm2-135m",
+     .arch = "llama",
+     .model_name = "SmolLM2-135M",
+     .n_embd = 576,
+     .n_layer = 30,
+     .n_head = 9,
+     .n_head_kv = 3,
+     .head_dim = 64,
+     .n_vocab = 49152,
+     .n_ff = 1536,
+     .n_ctx = 8192,
+     .rope_base = 100000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true},
+    {.name = "qwen3-0.6b",
+     .arch = "qwen3",
+     .model_name = "Qwen3-0.6B",
+     .n_embd = 1024,
+     .n_layer = 28,
+     .n_head = 16,
+     .n_head_kv = 8,
+     .head_dim = 128,
+     .n_vocab = 151936,
+     .n_ff = 3072,
+     .n_ctx = 40960,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .qk_norm = true,
+     .head_keys = true},
+    {.name = "llama-3.2-1b",
+     .arch = "llama",
+     .model_name = "Llama-3.2-1B",
+     .n_embd = 2048,
+     .n_layer = 16,
+     .n_head = 32,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_vocab = 128256,
+     .n_ff = 8192,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true,
+     .llama3_rope = true},
+    /* openai/gpt-oss-20b: 24 layers of 32 experts (4 used) of width 2880, 64 query and 8 KV
+     * heads of 64, a 128-token window on even layers, YaRN x32 over 4096 positions. */
+    {.name = "gpt-oss-20b",
+     .arch = "gpt-oss",
+     .model_name = "gpt-oss-20b",
+     .n_embd = 2880,
+     .n_layer = 24,
+     .n_head = 64,
+     .n_head_kv = 8,
+     .head_dim = 64,
+     .n_vocab = 201088,
+     .n_ff = 2880,
+     .n_ctx = 131072,
+     .rope_base = 150000.0f,
+     .rms_eps = 1e-5f,
+     .head_keys = true,
+     .n_expert = 32,
+     .n_expert_used = 4,
+     .n_swa = 128,
+     .yarn_ctx = 4096,
+     .yarn_factor = 32.0f},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -42,33 +143,104 @@ const char *const *fx_synth_shape_names(void) {
     return names;
 }
 
-/* The type a tensor is stored in: norms and rope factors stay F32 (llama.cpp's converters and
- * quantizers keep 1-D tensors in F32); matrices take the requested weight type. */
-static enum fx_type tensor_type(enum fx_synth_role role, enum fx_type weight_type) {
-    return role == FX_SYNTH_NORM || role == FX_SYNTH_ROPE_FREQS ? FX_TYPE_F32 : weight_type;
-}
+/* ---- plan ------------------------------------------------------------------------------------ */
 
-static bool can_generate(enum fx_type t) {
-    return t == FX_TYPE_F32 || t == FX_TYPE_F16;
-}
-
-/* Adds tensor `name` (of layer `layer`, or a global one when layer < 0): [ne0] or [ne0, ne1]. */
-static void add(struct fx_synth_model *m, enum fx_synth_role role, int64_t ne0, int64_t ne1,
-                int64_t layer, const char *name) {
+/* Adds tensor `name` (of layer `layer`, or a global one when layer < 0) of shape [ne0], [ne0,
+ * ne1] or [ne0, ne1, ne2]; its type is decided once every tensor is known. */
+static void add(struct fx_synth_model *m, enum fx_synth_role role, int64_t layer, const char *name,
+                int64_t ne0, int64_t ne1, int64_t ne2) {
     struct fx_synth_tensor *t = &m->tensors[m->n_tensors++];
     if (layer >= 0)
         snprintf(t->name, sizeof t->name, "blk.%" PRId64 ".%s", layer, name);
     else
         snprintf(t->name, sizeof t->name, "%s", name);
     t->role = role;
-    t->type = tensor_type(role, m->weight_type);
-    t->n_dims = ne1 ? 2 : 1;
+    t->type = FX_TYPE_F32;
+    t->n_dims = ne2 ? 3 : ne1 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
-    t->ne[2] = t->ne[3] = 1;
+    t->ne[2] = ne2 ? ne2 : 1;
+    t->ne[3] = 1;
 }
 
-fx_status fx_synth_plan(const char *shape, enum fx_type weight_type, uint64_t seed,
+/* Llama, Qwen3: attention (with QK norms for Qwen3) and a gated FFN. */
+static void add_dense_layer(struct fx_synth_model *m, int64_t l) {
+    const struct fx_synth_shape *s = m->shape;
+    int64_t q = s->n_head * s->head_dim, kv = s->n_head_kv * s->head_dim;
+    add(m, FX_SYNTH_NORM, l, "attn_norm.weight", s->n_embd, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_q.weight", s->n_embd, q, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_k.weight", s->n_embd, kv, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_v.weight", s->n_embd, kv, 0);
+    add(m, FX_SYNTH_PROJ_OUT, l, "attn_output.weight", q, s->n_embd, 0);
+    if (s->qk_norm) {
+        add(m, FX_SYNTH_NORM, l, "attn_q_norm.weight", s->head_dim, 0, 0);
+        add(m, FX_SYNTH_NORM, l, "attn_k_norm.weight", s->head_dim, 0, 0);
+    }
+    add(m, FX_SYNTH_NORM, l, "ffn_norm.weight", s->n_embd, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate.weight", s->n_embd, s->n_ff, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ffn_up.weight", s->n_embd, s->n_ff, 0);
+    add(m, FX_SYNTH_PROJ_OUT, l, "ffn_down.weight", s->n_ff, s->n_embd, 0);
+}
+
+/* gpt-oss: attention with biases and sinks, then experts with biases behind a router with a
+ * bias; the pre-FFN norm is called post_attention_norm. */
+static void add_gptoss_layer(struct fx_synth_model *m, int64_t l) {
+    const struct fx_synth_shape *s = m->shape;
+    int64_t q = s->n_head * s->head_dim, kv = s->n_head_kv * s->head_dim;
+    int64_t e = s->n_expert, ff = s->n_ff, d = s->n_embd;
+    add(m, FX_SYNTH_NORM, l, "attn_norm.weight", d, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_q.weight", d, q, 0);
+    add(m, FX_SYNTH_BIAS, l, "attn_q.bias", q, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_k.weight", d, kv, 0);
+    add(m, FX_SYNTH_BIAS, l, "attn_k.bias", kv, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_v.weight", d, kv, 0);
+    add(m, FX_SYNTH_BIAS, l, "attn_v.bias", kv, 0, 0);
+    add(m, FX_SYNTH_PROJ_OUT, l, "attn_output.weight", q, d, 0);
+    add(m, FX_SYNTH_BIAS, l, "attn_output.bias", d, 0, 0);
+    add(m, FX_SYNTH_SINK, l, "attn_sinks.weight", s->n_head, 0, 0);
+    add(m, FX_SYNTH_NORM, l, "post_attention_norm.weight", d, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate_inp.weight", d, e, 0);
+    add(m, FX_SYNTH_BIAS, l, "ffn_gate_inp.bias", e, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate_exps.weight", d, ff, e);
+    add(m, FX_SYNTH_BIAS, l, "ffn_gate_exps.bias", ff, e, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ffn_up_exps.weight", d, ff, e);
+    add(m, FX_SYNTH_BIAS, l, "ffn_up_exps.bias", ff, e, 0);
+    add(m, FX_SYNTH_PROJ_OUT, l, "ffn_down_exps.weight", ff, d, e);
+    add(m, FX_SYNTH_BIAS, l, "ffn_down_exps.bias", d, e, 0);
+}
+
+static bool is_gptoss(const struct fx_synth_shape *s) {
+    return strcmp(s->arch, "gpt-oss") == 0;
+}
+
+/* Each tensor's type: the file type's rules over the whole tensor list. */
+static fx_status choose_types(struct fx_synth_model *m, struct fx_error *err) {
+    const struct fx_synth_shape *s = m->shape;
+    struct fx_quant_model qm = {.arch = s->arch,
+                                .n_layer = (int32_t)s->n_layer,
+                                .n_head = (int32_t)s->n_head,
+                                .n_head_kv = (int32_t)s->n_head_kv,
+                                .n_expert = (int32_t)s->n_expert};
+    struct fx_quant_tensor *qt = malloc((size_t)m->n_tensors * sizeof *qt);
+    enum fx_type *types = malloc((size_t)m->n_tensors * sizeof *types);
+    fx_status st;
+    if (!qt || !types) {
+        st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
+    } else {
+        for (int64_t i = 0; i < m->n_tensors; i++) {
+            qt[i] = (struct fx_quant_tensor){.name = m->tensors[i].name, .type = FX_TYPE_F32};
+            memcpy(qt[i].ne, m->tensors[i].ne, sizeof qt[i].ne);
+        }
+        st = fx_quant_choose_types(&qm, m->file_type, m->pure, qt, m->n_tensors, types, err);
+        for (int64_t i = 0; st == FX_OK && i < m->n_tensors; i++)
+            m->tensors[i].type = types[i];
+    }
+    free(qt);
+    free(types);
+    return st;
+}
+
+fx_status fx_synth_plan(const char *shape, uint32_t file_type, bool pure, uint64_t seed,
                         struct fx_synth_model **out, struct fx_error *err) {
     *out = NULL;
     const struct fx_synth_shape *s = NULL;
@@ -77,43 +249,33 @@ fx_status fx_synth_plan(const char *shape, enum fx_type weight_type, uint64_t se
             s = &shapes[i];
     if (!s)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "unknown shape '%s'", shape);
-    if (!can_generate(weight_type))
+    if (fx_file_type_base(file_type) == FX_TYPE_COUNT)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
-                            "weight type %s cannot be generated (f32 or f16)",
-                            fx_type_name(weight_type));
+                            "file type %u (%s) cannot be generated", (unsigned)file_type,
+                            fx_file_type_name(file_type) ? fx_file_type_name(file_type) : "?");
     struct fx_synth_model *m = calloc(1, sizeof *m);
-    int64_t per_layer = 9 + 2 * s->qk_norm;
+    int64_t per_layer = is_gptoss(s) ? 19 : 9 + 2 * s->qk_norm;
     if (m)
         m->tensors = calloc((size_t)(4 + per_layer * s->n_layer), sizeof *m->tensors);
     if (!m || !m->tensors) {
         free(m);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory planning '%s'", shape);
     }
-    m->shape = s;
-    m->weight_type = weight_type;
-    m->seed = seed;
-    int64_t q = s->n_head * s->head_dim, kv = s->n_head_kv * s->head_dim;
-    add(m, FX_SYNTH_EMBED, s->n_embd, s->n_vocab, -1, "token_embd.weight");
+    *m = (struct fx_synth_model){
+        .shape = s, .file_type = file_type, .pure = pure, .seed = seed, .tensors = m->tensors};
+    add(m, FX_SYNTH_EMBED, -1, "token_embd.weight", s->n_embd, s->n_vocab, 0);
     if (s->llama3_rope)
-        add(m, FX_SYNTH_ROPE_FREQS, s->head_dim / 2, 0, -1, "rope_freqs.weight");
-    for (int64_t l = 0; l < s->n_layer; l++) {
-        add(m, FX_SYNTH_NORM, s->n_embd, 0, l, "attn_norm.weight");
-        add(m, FX_SYNTH_PROJ_IN, s->n_embd, q, l, "attn_q.weight");
-        add(m, FX_SYNTH_PROJ_IN, s->n_embd, kv, l, "attn_k.weight");
-        add(m, FX_SYNTH_PROJ_IN, s->n_embd, kv, l, "attn_v.weight");
-        add(m, FX_SYNTH_PROJ_OUT, q, s->n_embd, l, "attn_output.weight");
-        if (s->qk_norm) {
-            add(m, FX_SYNTH_NORM, s->head_dim, 0, l, "attn_q_norm.weight");
-            add(m, FX_SYNTH_NORM, s->head_dim, 0, l, "attn_k_norm.weight");
-        }
-        add(m, FX_SYNTH_NORM, s->n_embd, 0, l, "ffn_norm.weight");
-        add(m, FX_SYNTH_PROJ_IN, s->n_embd, s->n_ff, l, "ffn_gate.weight");
-        add(m, FX_SYNTH_PROJ_IN, s->n_embd, s->n_ff, l, "ffn_up.weight");
-        add(m, FX_SYNTH_PROJ_OUT, s->n_ff, s->n_embd, l, "ffn_down.weight");
-    }
-    add(m, FX_SYNTH_NORM, s->n_embd, 0, -1, "output_norm.weight");
+        add(m, FX_SYNTH_ROPE_FREQS, -1, "rope_freqs.weight", s->head_dim / 2, 0, 0);
+    for (int64_t l = 0; l < s->n_layer; l++)
+        (is_gptoss(s) ? add_gptoss_layer : add_dense_layer)(m, l);
+    add(m, FX_SYNTH_NORM, -1, "output_norm.weight", s->n_embd, 0, 0);
     if (!s->tied)
-        add(m, FX_SYNTH_PROJ_IN, s->n_embd, s->n_vocab, -1, "output.weight");
+        add(m, FX_SYNTH_PROJ_IN, -1, "output.weight", s->n_embd, s->n_vocab, 0);
+    fx_status st = choose_types(m, err);
+    if (st != FX_OK) {
+        fx_synth_model_free(m);
+        return st;
+    }
     *out = m;
     return FX_OK;
 }
@@ -128,7 +290,18 @@ void fx_synth_model_free(struct fx_synth_model *m) {
 int64_t fx_synth_n_params(const struct fx_synth_model *m) {
     int64_t n = 0;
     for (int64_t i = 0; i < m->n_tensors; i++)
-        n += m->tensors[i].ne[0] * m->tensors[i].ne[1];
+        n += m->tensors[i].ne[0] * m->tensors[i].ne[1] * m->tensors[i].ne[2];
+    return n;
+}
+
+uint64_t fx_synth_n_bytes(const struct fx_synth_model *m) {
+    uint64_t n = 0;
+    for (int64_t i = 0; i < m->n_tensors; i++) {
+        const struct fx_synth_tensor *t = &m->tensors[i];
+        uint64_t row;
+        if (fx_type_row_bytes(t->type, t->ne[0], &row))
+            n += row * (uint64_t)(t->ne[1] * t->ne[2]);
+    }
     return n;
 }
 
@@ -155,6 +328,25 @@ static fx_status set_arch_f32(struct fx_gguf_writer *w, const char *arch, const 
     return fx_gguf_writer_set_f32(w, full, v, err);
 }
 
+/* gpt-oss's extra keys: experts, the sliding window (llama.cpp makes every second layer
+ * sliding, starting with layer 0) and YaRN. */
+static fx_status set_gptoss_metadata(struct fx_gguf_writer *w, const struct fx_synth_shape *s,
+                                     struct fx_error *err) {
+    const char *a = s->arch;
+    char key[128];
+    TRY(set_arch_u32(w, a, "expert_count", s->n_expert, err));
+    TRY(set_arch_u32(w, a, "expert_used_count", s->n_expert_used, err));
+    TRY(set_arch_u32(w, a, "expert_feed_forward_length", s->n_ff, err));
+    TRY(set_arch_u32(w, a, "attention.sliding_window", s->n_swa, err));
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    TRY(fx_gguf_writer_set_str(w, key, "yarn", err));
+    TRY(set_arch_f32(w, a, "rope.scaling.factor", s->yarn_factor, err));
+    TRY(set_arch_u32(w, a, "rope.scaling.original_context_length", s->yarn_ctx, err));
+    TRY(set_arch_f32(w, a, "rope.scaling.yarn_beta_fast", 32.0f, err));
+    TRY(set_arch_f32(w, a, "rope.scaling.yarn_beta_slow", 1.0f, err));
+    return FX_OK;
+}
+
 static fx_status set_metadata(struct fx_gguf_writer *w, const struct fx_synth_model *m,
                               struct fx_error *err) {
     const struct fx_synth_shape *s = m->shape;
@@ -166,8 +358,11 @@ static fx_status set_metadata(struct fx_gguf_writer *w, const struct fx_synth_mo
     TRY(fx_gguf_writer_set_str(w, "general.architecture", a, err));
     TRY(fx_gguf_writer_set_str(w, "general.name", s->model_name, err));
     TRY(fx_gguf_writer_set_str(w, "general.description", desc, err));
-    /* llama.cpp's file types: 0 all F32, 1 mostly F16. */
-    TRY(fx_gguf_writer_set_u32(w, "general.file_type", m->weight_type == FX_TYPE_F16 ? 1 : 0, err));
+    TRY(fx_gguf_writer_set_u32(w, "general.file_type", m->file_type, err));
+    /* The quantized block layouts' version, as llama.cpp's quantizer records it. */
+    enum fx_type base = fx_file_type_base(m->file_type);
+    if (base != FX_TYPE_F32 && base != FX_TYPE_F16 && base != FX_TYPE_BF16)
+        TRY(fx_gguf_writer_set_u32(w, "general.quantization_version", 2, err));
     TRY(set_arch_u32(w, a, "vocab_size", s->n_vocab, err));
     TRY(set_arch_u32(w, a, "context_length", s->n_ctx, err));
     TRY(set_arch_u32(w, a, "embedding_length", s->n_embd, err));
@@ -182,6 +377,8 @@ static fx_status set_metadata(struct fx_gguf_writer *w, const struct fx_synth_mo
     }
     TRY(set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps, err));
     TRY(set_arch_f32(w, a, "rope.freq_base", s->rope_base, err));
+    if (is_gptoss(s))
+        TRY(set_gptoss_metadata(w, s, err));
     return FX_OK;
 }
 
@@ -262,92 +459,82 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-/* Uniform in (0, 1] from a splitmix64 stream. */
-static double uniform(uint64_t *state) {
-    *state += 0x9e3779b97f4a7c15ull;
-    return (double)((mix64(*state) >> 11) + 1) * 0x1.0p-53;
+/* Llama 3.1 frequency scaling, as llama.cpp's converter stores it: 1 for short wavelengths, the
+ * factor for long ones, a smooth blend between. out: [head_dim / 2]. */
+static void llama3_rope_factors(const struct fx_synth_shape *s, int64_t n, float *out) {
+    const double factor = 32, low = 1, high = 4, old_ctx = 8192;
+    for (int64_t i = 0; i < n; i++) {
+        double freq = pow(s->rope_base, -2.0 * (double)i / (double)s->head_dim);
+        double wavelen = 2 * M_PI / freq;
+        double v;
+        if (wavelen < old_ctx / high)
+            v = 1;
+        else if (wavelen > old_ctx / low)
+            v = factor;
+        else {
+            double smooth = (old_ctx / wavelen - low) / (high - low);
+            v = 1 / ((1 - smooth) / factor + smooth);
+        }
+        out[i] = (float)v;
+    }
 }
 
-/* Row `row` of tensor `index` as f32 values: each row has its own stream, seeded from the model
- * seed, the tensor and the row, so any run of rows can be generated alone. */
-static void gen_row(const struct fx_synth_model *m, int64_t index, int64_t row, float *out) {
-    const struct fx_synth_tensor *t = &m->tensors[index];
-    const struct fx_synth_shape *s = m->shape;
+/* A row to generate: row `row` of tensor `index`. */
+struct row_gen {
+    const struct fx_synth_model *m;
+    int64_t index;
+};
+
+/* Row `row` of a tensor as f32 values. Each row has its own stream, seeded from the model seed,
+ * the tensor and the row, so any run of rows can be generated alone, on any thread. A value is
+ * the sum of four 16-bit uniforms from one 64-bit hash, centred and scaled to unit variance:
+ * close enough to normal for random weights and much cheaper than Box-Muller. */
+static void gen_row(const void *user, int64_t row, float *out) {
+    const struct row_gen *g = user;
+    const struct fx_synth_tensor *t = &g->m->tensors[g->index];
+    const struct fx_synth_shape *s = g->m->shape;
     int64_t n = t->ne[0];
     if (t->role == FX_SYNTH_ROPE_FREQS) {
-        /* Llama 3.1 frequency scaling, as llama.cpp's converter stores it: 1 for short
-         * wavelengths, the factor for long ones, a smooth blend between. */
-        const double factor = 32, low = 1, high = 4, old_ctx = 8192;
-        for (int64_t i = 0; i < n; i++) {
-            double freq = pow(s->rope_base, -2.0 * (double)i / (double)s->head_dim);
-            double wavelen = 2 * M_PI / freq;
-            double v;
-            if (wavelen < old_ctx / high)
-                v = 1;
-            else if (wavelen > old_ctx / low)
-                v = factor;
-            else {
-                double smooth = (old_ctx / wavelen - low) / (high - low);
-                v = 1 / ((1 - smooth) / factor + smooth);
-            }
-            out[i] = (float)v;
-        }
+        llama3_rope_factors(s, n, out);
         return;
     }
-    double mean = 0, sigma;
+    float mean = 0.0f, sigma;
     switch (t->role) {
     case FX_SYNTH_EMBED:
-        sigma = 1 / sqrt((double)s->n_embd);
+        sigma = 1.0f / sqrtf((float)s->n_embd);
         break;
     case FX_SYNTH_PROJ_IN:
-        sigma = 1 / sqrt((double)n);
+        sigma = 1.0f / sqrtf((float)n);
         break;
     case FX_SYNTH_PROJ_OUT:
-        sigma = 0.5 / sqrt((double)n);
+        sigma = 0.5f / sqrtf((float)n);
+        break;
+    case FX_SYNTH_BIAS:
+        sigma = 0.02f;
+        break;
+    case FX_SYNTH_SINK:
+        sigma = 1.0f;
         break;
     default: /* norms */
-        mean = 1, sigma = 0.02;
+        mean = 1.0f, sigma = 0.02f;
     }
-    uint64_t state = mix64(m->seed ^ mix64(((uint64_t)index << 40) ^ (uint64_t)row));
-    for (int64_t i = 0; i < n; i += 2) {
-        /* Box-Muller: two normal values from two uniforms. */
-        double r = sqrt(-2 * log(uniform(&state))), a = 2 * M_PI * uniform(&state);
-        out[i] = (float)(mean + sigma * r * cos(a));
-        if (i + 1 < n)
-            out[i + 1] = (float)(mean + sigma * r * sin(a));
+    /* sqrt(3) / 65536: four uniforms on 0..65535 have variance 4 * (65536^2 - 1) / 12. */
+    const float scale = sigma * (1.7320508f / 65536.0f);
+    uint64_t base = mix64(g->m->seed ^ mix64(((uint64_t)g->index << 40) ^ (uint64_t)row));
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t h = mix64(base + (uint64_t)i);
+        uint32_t sum = (uint32_t)(h & 0xffff) + (uint32_t)((h >> 16) & 0xffff) +
+                       (uint32_t)((h >> 32) & 0xffff) + (uint32_t)(h >> 48);
+        /* minus the sum's mean, 4 * 32767.5; every step is exact in f32 */
+        out[i] = mean + scale * ((float)sum - 131070.0f);
     }
-}
-
-/* IEEE half from float, rounding to nearest even. */
-static uint16_t f32_to_f16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, mant = x & 0x7fffff;
-    int32_t exp = (int32_t)((x >> 23) & 0xff);
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00 | (mant ? 0x200 : 0));
-    int32_t e = exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00);
-    if (e <= 0) {
-        if (e < -10)
-            return (uint16_t)sign;
-        mant |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - e), half = mant >> shift;
-        uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1)))
-            half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t half = sign | ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
-        half++; /* a carry into the exponent is the correct rounding */
-    return (uint16_t)half;
 }
 
 struct gen {
     const struct fx_synth_model *m;
-    float *row; /* [max ne0] */
+    struct fx_encoder *enc;
+    const struct fx_synth_write_params *p;
+    uint64_t done, total;
 };
 
 static fx_status fill(void *user, int64_t index, uint64_t offset, void *dst, uint64_t size,
@@ -355,31 +542,26 @@ static fx_status fill(void *user, int64_t index, uint64_t offset, void *dst, uin
     struct gen *g = user;
     const struct fx_synth_tensor *t = &g->m->tensors[index];
     uint64_t row_bytes;
-    if (!fx_type_row_bytes(t->type, t->ne[0], &row_bytes) || offset % row_bytes || size % row_bytes)
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
-                            "tensor '%s': chunk is not whole rows", t->name);
-    for (uint64_t r = 0; r < size / row_bytes; r++) {
-        gen_row(g->m, index, (int64_t)(offset / row_bytes + r), g->row);
-        uint8_t *out = (uint8_t *)dst + r * row_bytes;
-        if (t->type == FX_TYPE_F32) {
-            memcpy(out, g->row, (size_t)row_bytes);
-        } else {
-            for (int64_t i = 0; i < t->ne[0]; i++) {
-                uint16_t h = f32_to_f16(g->row[i]);
-                memcpy(out + 2 * i, &h, 2);
-            }
-        }
-    }
-    return FX_OK;
+    fx_type_row_bytes(t->type, t->ne[0], &row_bytes); /* checked when the writer took it */
+    struct row_gen rg = {g->m, index};
+    int64_t n_rows = (int64_t)(size / row_bytes);
+    fx_status st = fx_encoder_run(g->enc, t->type, t->ne[0], (int64_t)(offset / row_bytes), n_rows,
+                                  gen_row, &rg, dst, err);
+    g->done += (uint64_t)(n_rows * t->ne[0]);
+    if (st == FX_OK && g->p->progress)
+        g->p->progress(g->p->progress_user, g->done, g->total);
+    return st;
 }
 
-fx_status fx_synth_write(const struct fx_synth_model *m, const char *path, struct fx_error *err) {
+fx_status fx_synth_write(const struct fx_synth_model *m, const char *path,
+                         const struct fx_synth_write_params *params, struct fx_error *err) {
+    static const struct fx_synth_write_params defaults = {0};
+    struct gen g = {.m = m, .p = params ? params : &defaults};
     struct fx_gguf_writer *w;
     fx_status s = fx_gguf_writer_create(&w, err);
     if (s != FX_OK)
         return s;
-    int64_t max_row = 0;
-    struct gen g = {.m = m};
+    int64_t max_row = 1;
     if ((s = set_metadata(w, m, err)) != FX_OK ||
         (s = set_vocabulary(w, m->shape->n_vocab, err)) != FX_OK)
         goto done;
@@ -390,15 +572,12 @@ fx_status fx_synth_write(const struct fx_synth_model *m, const char *path, struc
             goto done;
         if (t->ne[0] > max_row)
             max_row = t->ne[0];
+        g.total += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
     }
-    g.row = malloc((size_t)(max_row + 1) * sizeof *g.row);
-    if (!g.row) {
-        s = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
-        goto done;
-    }
-    s = fx_gguf_writer_write(w, path, fill, &g, err);
+    if ((s = fx_encoder_create(g.p->n_threads, max_row, &g.enc, err)) == FX_OK)
+        s = fx_gguf_writer_write(w, path, fill, &g, err);
 done:
-    free(g.row);
+    fx_encoder_free(g.enc);
     fx_gguf_writer_free(w);
     return s;
 }
