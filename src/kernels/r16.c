@@ -418,6 +418,8 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
          * (usually all of it), then each panel streams through that span in runs. */
         int64_t run = RUN_SMALL / qk;
         int64_t span = k->meta ? META_ENTRIES / n_act / run * run : j.nb;
+        if (packed) /* packed weights need no buffer: one call per panel and span */
+            run = span;
         for (int64_t s0 = 0; s0 < j.nb; s0 += span) {
             int64_t ns = j.nb - s0 < span ? j.nb - s0 : span;
             fill_meta(&j, 0, n_act, s0, ns, meta, span);

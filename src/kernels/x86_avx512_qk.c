@@ -180,57 +180,67 @@ FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint
     }
 }
 
+/* Sub-block s of a super-block: sumi[j] += its scale times the integer sum of its codes times
+ * activation row j's codes. */
+FX_INLINE void k_subblock(enum fx_type type, int width, const struct fx_r16_tile *t,
+                          const uint8_t *p, const uint8_t *a, int s, __m512i *sumi) {
+    const int sub_len = 256 / k_subs(type), groups = sub_len / 4;
+    /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
+    __m512i isum[FX_R16_MAX_ACT], odd[FX_R16_MAX_ACT];
+#pragma GCC unroll 16
+    for (int j = 0; j < width; j++) {
+        isum[j] = _mm512_setzero_si512();
+        odd[j] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 16
+    for (int gg = 0; gg < groups; gg++) {
+        __m512i q = k_codes(type, p, s, gg);
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++) {
+            __m512i x = bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
+            if (width < 4 && gg % 2)
+                odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
+            else
+                isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
+        }
+    }
+    __m512i sc = k_scale(type, p, s);
+#pragma GCC unroll 16
+    for (int j = 0; j < width; j++) {
+        if (width < 4)
+            isum[j] = _mm512_add_epi32(isum[j], odd[j]);
+        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum[j], sc));
+    }
+}
+
 FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t) {
-    const int subs = k_subs(type), sub_len = 256 / subs, groups = sub_len / 4;
+    const int subs = k_subs(type);
     const size_t pbytes = k_block_bytes(type);
-    __m512 f[FX_R16_MAX_ACT];
+    /* The f32 accumulators change once per super-block: they wait in memory, leaving the
+     * registers to the integer sums of 8 activation rows. */
+    _Alignas(64) float f[FX_R16_MAX_ACT][16];
 #pragma GCC unroll 16
     for (int j = 0; j < width; j++)
-        f[j] = acc_load(t, j);
+        _mm512_store_ps(f[j], acc_load(t, j));
     for (int64_t b = 0; b < t->n_blocks; b++) {
         const uint8_t *p = t->w + (size_t)b * pbytes;
         const uint8_t *a = t->act + (uint64_t)b * Q8K_BYTES;
         if (width <= 2)
             prefetch_block(p, pbytes, 2);
-        __m512i sumi[FX_R16_MAX_ACT], isum[FX_R16_MAX_ACT];
+        __m512i sumi[FX_R16_MAX_ACT];
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
             sumi[j] = _mm512_setzero_si512();
         if (type == FX_TYPE_Q6_K && width <= 2)
             q6_narrow_sumi(width, t, p, a, sumi);
-        else
+        else if (width <= 2)
 #pragma GCC unroll 16
-            for (int s = 0; s < subs; s++) {
-#pragma GCC unroll 16
-                for (int j = 0; j < width; j++)
-                    isum[j] = _mm512_setzero_si512();
-                /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
-                __m512i odd[FX_R16_MAX_ACT];
-#pragma GCC unroll 16
-                for (int j = 0; j < width; j++)
-                    odd[j] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-                for (int gg = 0; gg < groups; gg++) {
-                    __m512i q = k_codes(type, p, s, gg);
-#pragma GCC unroll 16
-                    for (int j = 0; j < width; j++) {
-                        __m512i x =
-                            bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
-                        if (width < 4 && gg % 2)
-                            odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
-                        else
-                            isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
-                    }
-                }
-                if (width < 4)
-#pragma GCC unroll 16
-                    for (int j = 0; j < width; j++)
-                        isum[j] = _mm512_add_epi32(isum[j], odd[j]);
-                __m512i sc = k_scale(type, p, s);
-#pragma GCC unroll 16
-                for (int j = 0; j < width; j++)
-                    sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum[j], sc));
-            }
+            for (int s = 0; s < subs; s++)
+                k_subblock(type, width, t, p, a, s, sumi);
+        else /* not unrolled: GCC would defer every sub-block's vpmulld and spill the sums */
+            for (int s = 0; s < subs; s++)
+                k_subblock(type, width, t, p, a, s, sumi);
+        __m512i isum[FX_R16_MAX_ACT];
 /* The second sum, over the activation's 16 sums of 16, in isum. */
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
@@ -250,15 +260,17 @@ FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t)
             if (!k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
                 sumi[j] = _mm512_sub_epi32(
                     sumi[j], _mm512_slli_epi32(isum[j], type == FX_TYPE_Q3_K ? 2 : 5));
-            f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, da), f[j]);
+            __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, da),
+                                         _mm512_load_ps(f[j]));
             if (k_has_min(type))
-                f[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[j]),
-                                        _mm512_mul_ps(fp16x16(p + 32), da), f[j]);
+                acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[j]),
+                                       _mm512_mul_ps(fp16x16(p + 32), da), acc);
+            _mm512_store_ps(f[j], acc);
         }
     }
 #pragma GCC unroll 16
     for (int j = 0; j < width; j++)
-        acc_store(t, j, f[j]);
+        acc_store(t, j, _mm512_load_ps(f[j]));
 }
 
 FX_INLINE void k_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
