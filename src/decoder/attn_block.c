@@ -45,8 +45,11 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
         const float *cs = rope + (int64_t)pos * hp->rope.n_rot;
         k->rope(q, hp->n_head, hd, hp->rope.n_rot, hp->rope.kind, cs);
         k->rope(kr, hp->n_head_kv, hd, hp->rope.n_rot, hp->rope.kind, cs);
-        memcpy(fx_kv_step_k(&c->kv, il, i, pos), kr, (size_t)k_dim * sizeof(float));
-        memcpy(fx_kv_step_v(&c->kv, il, i, pos), v, (size_t)v_dim * sizeof(float));
+        for (int g = 0; g < hp->n_head_kv; g++) {
+            memcpy(fx_kv_step_k(&c->kv, il, i, g, pos), kr + g * hd, (size_t)hd * sizeof(float));
+            memcpy(fx_kv_step_v(&c->kv, il, i, g, pos), v + g * hp->head_dim_v,
+                   (size_t)hp->head_dim_v * sizeof(float));
+        }
     }
 }
 
@@ -102,7 +105,7 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
             int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
             if (j0 > j1)
                 continue;
-            const float *keys = fx_kv_step_k(&c->kv, il, b->i0, j0) + g * hd;
+            const float *keys = fx_kv_step_k(&c->kv, il, b->i0, g, j0);
             const float *q = ctx->s.q + (b->i0 + r) * q_dim + (int64_t)g * group * hd;
             for (int hh = 0; hh < group; hh++)
                 k->attn_scores(scores + (r * group + hh) * line + (j0 - b->lo[r]), q + hh * hd,
@@ -127,7 +130,7 @@ static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c,
             int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
             if (j0 > j1)
                 continue;
-            const float *values = fx_kv_step_v(&c->kv, il, b->i0, j0) + g * hd_v;
+            const float *values = fx_kv_step_v(&c->kv, il, b->i0, g, j0);
             float *out = ctx->s.att + (b->i0 + r) * att_dim + (int64_t)g * group * hd_v;
             k->attn_values(out, hd_v, scores + r * group * line + (j0 - b->lo[r]), line, group,
                            values, v_stride, j1 - j0 + 1, hd_v);

@@ -167,8 +167,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     fx_status st = fx_pool_create(p.n_threads, &ctx->pool, err);
     if (st)
         goto fail;
-    st = fx_kv_contig_init(&ctx->kv, hp->n_layer, p.n_ctx, (int64_t)hp->n_head_kv * hp->head_dim,
-                           (int64_t)hp->n_head_kv * hp->head_dim_v, err);
+    st = fx_kv_contig_init(&ctx->kv, hp->n_layer, p.n_ctx, hp->n_head_kv, hp->head_dim,
+                           hp->head_dim_v, err);
     if (st)
         goto fail;
 
@@ -190,6 +190,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
                           "out of memory for %llu bytes of scratch", (unsigned long long)plan.size);
         goto fail;
     }
+    /* Touched now so that the first forward pass does not pay for page faults. */
+    memset(ctx->arena, 0, (size_t)plan.size);
     uint8_t *base = ctx->arena;
     struct fx_scratch *s = &ctx->s;
     s->x = (float *)(base + o.x);

@@ -13,6 +13,7 @@
  * The common head sizes (64, 128) get copies with the chunk count known at compile time, so
  * that the accumulators live in registers; other sizes take the same code with a run-time count. */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "kernels/x86_avx512_attn.h"
 
@@ -46,27 +47,44 @@ FORCE_INLINE __mmask16 chunk_mask(int64_t dim, int64_t c) {
     return (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1);
 }
 
+/* Scores of 16 keys starting at keys (nj of them valid; the others load as zeros). With
+ * full = true every key is valid and every chunk whole (dim a multiple of 16): no masks. */
+FORCE_INLINE __m512 scores_16(const __m512 *qc, const float *keys, int64_t stride, int64_t dim,
+                              int64_t n_chunks, int64_t nj, bool full) {
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int jj = 0; jj < 16; jj++)
+        acc[jj] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int64_t c = 0; c < n_chunks; c++) {
+        __mmask16 m = chunk_mask(dim, c);
+#pragma GCC unroll 16
+        for (int jj = 0; jj < 16; jj++) {
+            const float *kc = keys + jj * stride + c * 16;
+            __m512 k = full ? _mm512_loadu_ps(kc) : _mm512_maskz_loadu_ps(jj < nj ? m : 0, kc);
+            acc[jj] = _mm512_fmadd_ps(qc[c], k, acc[jj]);
+        }
+    }
+    return hsum_16x16(acc);
+}
+
 FORCE_INLINE void scores_kernel(float *out, const float *q, const float *keys, int64_t stride,
                                 int64_t n_keys, int64_t dim, float scale, int64_t n_chunks) {
     const __m512 vscale = _mm512_set1_ps(scale);
-    for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
+    __m512 qc[16];
+#pragma GCC unroll 16
+    for (int64_t c = 0; c < n_chunks; c++)
+        qc[c] = _mm512_maskz_loadu_ps(chunk_mask(dim, c), q + c * 16);
+    int64_t j0 = 0;
+    if (dim % 16 == 0)
+        for (; j0 + 16 <= n_keys; j0 += 16)
+            _mm512_storeu_ps(out + j0, _mm512_mul_ps(scores_16(qc, keys + j0 * stride, stride, dim,
+                                                               n_chunks, 16, true),
+                                                     vscale));
+    for (; j0 < n_keys; j0 += 16) {
         int64_t nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
-        __m512 acc[16];
-#pragma GCC unroll 16
-        for (int jj = 0; jj < 16; jj++)
-            acc[jj] = _mm512_setzero_ps();
-#pragma GCC unroll 8
-        for (int64_t c = 0; c < n_chunks; c++) {
-            __mmask16 m = chunk_mask(dim, c);
-            __m512 qc = _mm512_maskz_loadu_ps(m, q + c * 16);
-            const float *kc = keys + j0 * stride + c * 16;
-#pragma GCC unroll 16
-            for (int jj = 0; jj < 16; jj++) /* keys past the range load as zeros */
-                acc[jj] = _mm512_fmadd_ps(
-                    qc, _mm512_maskz_loadu_ps(jj < nj ? m : 0, kc + jj * stride), acc[jj]);
-        }
-        __m512 scores = _mm512_mul_ps(hsum_16x16(acc), vscale);
-        _mm512_mask_storeu_ps(out + j0, (__mmask16)((1u << nj) - 1), scores);
+        __m512 sc = scores_16(qc, keys + j0 * stride, stride, dim, n_chunks, nj, false);
+        _mm512_mask_storeu_ps(out + j0, (__mmask16)((1u << nj) - 1), _mm512_mul_ps(sc, vscale));
     }
 }
 

@@ -1,25 +1,39 @@
 #include "kv/kv.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/checked.h"
 #include "core/error.h"
 
-fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_ctx, int64_t k_dim,
-                            int64_t v_dim, struct fx_error *err) {
-    *kv = (struct fx_kv_contig){.n_layer = n_layer, .n_ctx = n_ctx, .k_dim = k_dim, .v_dim = v_dim};
+fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_ctx,
+                            int32_t n_head_kv, int64_t head_dim, int64_t head_dim_v,
+                            struct fx_error *err) {
+    *kv = (struct fx_kv_contig){.n_layer = n_layer,
+                                .n_ctx = n_ctx,
+                                .n_head_kv = n_head_kv,
+                                .head_dim = head_dim,
+                                .head_dim_v = head_dim_v};
+    uint64_t k_dim = (uint64_t)n_head_kv * (uint64_t)head_dim;
+    uint64_t v_dim = (uint64_t)n_head_kv * (uint64_t)head_dim_v;
     uint64_t rows, k_floats, v_floats, k_bytes, v_bytes;
     if (fx_mul_overflow_u64((uint64_t)n_layer, (uint64_t)n_ctx, &rows) ||
-        fx_mul_overflow_u64(rows, (uint64_t)k_dim, &k_floats) ||
-        fx_mul_overflow_u64(rows, (uint64_t)v_dim, &v_floats) ||
+        fx_mul_overflow_u64(rows, k_dim, &k_floats) ||
+        fx_mul_overflow_u64(rows, v_dim, &v_floats) ||
         fx_mul_overflow_u64(k_floats, sizeof(float), &k_bytes) ||
         fx_mul_overflow_u64(v_floats, sizeof(float), &v_bytes) || k_bytes > SIZE_MAX ||
         v_bytes > SIZE_MAX)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "KV cache of %d layers x %d positions overflows", n_layer, n_ctx);
-    /* calloc: positions never written read as zeros rather than garbage. */
-    kv->k = calloc(k_floats, sizeof(float));
-    kv->v = calloc(v_floats, sizeof(float));
+    /* Zeroed here, not lazily (calloc maps untouched pages): every page of the cache is touched
+     * at creation, so no forward pass pays for page faults, and positions never written read as
+     * zeros rather than garbage. */
+    kv->k = malloc((size_t)k_bytes);
+    kv->v = malloc((size_t)v_bytes);
+    if (kv->k)
+        memset(kv->k, 0, (size_t)k_bytes);
+    if (kv->v)
+        memset(kv->v, 0, (size_t)v_bytes);
     if (!kv->k || !kv->v) {
         fx_kv_contig_release(kv);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
