@@ -190,8 +190,9 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
                           "out of memory for %llu bytes of scratch", (unsigned long long)plan.size);
         goto fail;
     }
-    /* Touched now so that the first forward pass does not pay for page faults. */
-    memset(ctx->arena, 0, (size_t)plan.size);
+    /* Touched now so that the first forward pass does not pay for page faults (explicit_bzero:
+     * a plain memset of fresh memory may be optimised away). */
+    explicit_bzero(ctx->arena, (size_t)plan.size);
     uint8_t *base = ctx->arena;
     struct fx_scratch *s = &ctx->s;
     s->x = (float *)(base + o.x);

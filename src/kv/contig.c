@@ -25,15 +25,16 @@ fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_
         v_bytes > SIZE_MAX)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "KV cache of %d layers x %d positions overflows", n_layer, n_ctx);
-    /* Zeroed here, not lazily (calloc maps untouched pages): every page of the cache is touched
-     * at creation, so no forward pass pays for page faults, and positions never written read as
-     * zeros rather than garbage. */
+    /* Zeroed here, not lazily: every page of the cache is touched at creation, so no forward pass
+     * pays for page faults, and positions never written read as zeros rather than garbage.
+     * (explicit_bzero because a compiler may turn malloc + memset into calloc, which maps
+     * untouched pages.) */
     kv->k = malloc((size_t)k_bytes);
     kv->v = malloc((size_t)v_bytes);
     if (kv->k)
-        memset(kv->k, 0, (size_t)k_bytes);
+        explicit_bzero(kv->k, (size_t)k_bytes);
     if (kv->v)
-        memset(kv->v, 0, (size_t)v_bytes);
+        explicit_bzero(kv->v, (size_t)v_bytes);
     if (!kv->k || !kv->v) {
         fx_kv_contig_release(kv);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
