@@ -298,21 +298,22 @@ void fx_mat_set_packed(const struct fx_kernels *k, struct fx_mat *w, const void 
 /* ---- the matmul driver --------------------------------------------------------------------- */
 
 /* Runs of blocks per tile call, in elements: long runs when every activation row fits one tile
- * (decode: each panel streams through in few pieces), short ones for big batches (the run's
- * weights of a group of panels stay in L1/L2 while every tile of activation rows passes). */
+ * (decode: each panel streams through in few pieces), short ones for big batches (a pair of
+ * panels' run, 17 KB of Q8_0, stays in L1 while every tile of activation rows passes). */
 #define RUN_SMALL 2048
-#define RUN_BIG   512
-/* Panels per group for big batches: their activation metadata is computed once per group. */
-#define GROUP_PACKED   32
-#define GROUP_UNPACKED 4
-/* Room for what is packed on the fly: the largest of GROUP_UNPACKED * RUN_BIG and RUN_SMALL
- * elements at Q8_0's 17 packed bytes per element, the densest layout. */
+#define RUN_BIG   1024
+/* Room for what is packed on the fly: the larger of two panels' RUN_BIG and one panel's
+ * RUN_SMALL elements at Q8_0's 17 packed bytes per element, the densest layout. */
 #define PACK_BUF_BYTES (RUN_SMALL * 17)
-_Static_assert(GROUP_UNPACKED *RUN_BIG <= RUN_SMALL, "pack buffer");
+_Static_assert(2 * RUN_BIG <= RUN_SMALL, "pack buffer");
 /* Activation metadata kept at once (12 bytes each): for up to 8 activation rows, the whole row
- * of up to 8192 elements, so that a panel streams from memory in one piece. */
+ * of up to 8192 elements, so that a panel streams from memory in one piece; for big batches, a
+ * chunk of 128 rows of one run. */
 #define META_ENTRIES 2048
 _Static_assert(META_ENTRIES >= FX_R16_MAX_ACT * (RUN_SMALL / FX_QK), "metadata of a run");
+/* Activation rows per chunk of a big batch: a run of the chunk's activations (70 KB of Q8_0, 75
+ * KB of Q8_K) and their metadata stay in L2 while every pair of panels passes. */
+#define CHUNK_ROWS (META_ENTRIES / (RUN_BIG / FX_QK))
 
 /* The largest tile width (8, 4, 2, 1) that fits in n activation rows. */
 static int tile_width(int64_t n) {
@@ -389,6 +390,38 @@ static void run_tiles(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
+/* Activation rows [a0, a0 + na) (their metadata at meta, meta_stride apart) against the runs
+ * wp[0..np) of one or two consecutive panels from row0: wide tiles of FX_R16_WIDE_ACT rows over
+ * both panels while they last, then tiles of up to 8 rows per panel. */
+static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np, int64_t row0,
+                      int64_t c0, int64_t nc, int64_t a0, int64_t na,
+                      const struct fx_r16_meta *meta, int64_t meta_stride) {
+    int64_t done = 0;
+    if (np == 2 && j->k->wide)
+        for (; na - done >= FX_R16_WIDE_ACT; done += FX_R16_WIDE_ACT) {
+            int64_t a = a0 + done;
+            struct fx_r16_tile t = {
+                .w = wp[0],
+                .w_stride = (uint64_t)(wp[1] - wp[0]),
+                .n_blocks = nc,
+                .act = j->act + (uint64_t)a * j->act_stride + (uint64_t)c0 * j->abytes,
+                .act_stride = j->act_stride,
+                .meta = meta + done * meta_stride,
+                .meta_stride = meta_stride,
+                .out = j->out + a * j->out_stride + row0,
+                .out_stride = j->out_stride,
+                .n_act = FX_R16_WIDE_ACT,
+                .n_rows = (int)(j->r1 - row0 < 2 * FX_R16_ROWS ? j->r1 - row0 : 2 * FX_R16_ROWS),
+                .first = c0 == 0,
+            };
+            j->k->wide(&t);
+        }
+    for (; done < na; done += FX_R16_MAX_ACT) {
+        int64_t n = na - done < FX_R16_MAX_ACT ? na - done : FX_R16_MAX_ACT;
+        run_tiles(j, wp, np, row0, c0, nc, a0 + done, n, meta + done * meta_stride, meta_stride);
+    }
+}
+
 void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
                    int64_t out_stride) {
@@ -432,23 +465,21 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
         }
         return;
     }
-    /* Many activation rows: a group of panels, one short run at a time, meets every tile of
-     * activation rows while its weights are in cache. */
+    /* Many activation rows: chunk by chunk and run by run, each pair of panels' run stays in L1
+     * while every tile of the chunk's activation rows passes. */
     int64_t run = RUN_BIG / qk;
-    int group = packed ? GROUP_PACKED : GROUP_UNPACKED;
-    for (int64_t g0 = r0; g0 < r1; g0 += (int64_t)group * FX_R16_ROWS) {
-        int np = (int)((r1 - g0 + FX_R16_ROWS - 1) / FX_R16_ROWS);
-        np = np < group ? np : group;
+    for (int64_t a0 = 0; a0 < n_act; a0 += CHUNK_ROWS) {
+        int64_t na = n_act - a0 < CHUNK_ROWS ? n_act - a0 : CHUNK_ROWS;
         for (int64_t c0 = 0; c0 < j.nb; c0 += run) {
             int64_t nc = j.nb - c0 < run ? j.nb - c0 : run;
-            const uint8_t *wp[GROUP_PACKED];
-            for (int i = 0; i < np; i++)
-                wp[i] = panel_run(&j, g0 + (int64_t)i * FX_R16_ROWS, c0, nc,
-                                  buf + (size_t)i * (size_t)run * j.pbytes);
-            for (int64_t j0 = 0; j0 < n_act; j0 += FX_R16_MAX_ACT) {
-                int64_t n = n_act - j0 < FX_R16_MAX_ACT ? n_act - j0 : FX_R16_MAX_ACT;
-                fill_meta(&j, j0, n, c0, nc, meta, run);
-                run_tiles(&j, wp, np, g0, c0, nc, j0, n, meta, run);
+            fill_meta(&j, a0, na, c0, nc, meta, run);
+            for (int64_t row = r0; row < r1; row += 2 * FX_R16_ROWS) {
+                const uint8_t *wp[2];
+                int np = row + FX_R16_ROWS < r1 ? 2 : 1;
+                for (int i = 0; i < np; i++)
+                    wp[i] = panel_run(&j, row + i * FX_R16_ROWS, c0, nc,
+                                      buf + (size_t)i * (size_t)nc * j.pbytes);
+                run_chunk(&j, wp, np, row, c0, nc, a0, na, meta, run);
             }
         }
     }

@@ -55,6 +55,10 @@
 #define FX_R16_ROWS 16
 /* A tile handles 1, 2, 4 or FX_R16_MAX_ACT activation rows. */
 #define FX_R16_MAX_ACT 8
+/* A wide tile: two consecutive panels (32 weight rows) against FX_R16_WIDE_ACT activation rows.
+ * Each activation dword, broadcast once, serves two vpdpbusd: the loads per product halve,
+ * which is what bounds the one-panel tiles of 8 rows (two vector loads per cycle). */
+#define FX_R16_WIDE_ACT 4
 
 /* Bytes of one packed block of `type` (16 rows), 0 when the type has no R16 layout. */
 size_t fx_r16_block_bytes(enum fx_type type);
@@ -76,18 +80,20 @@ struct fx_r16_meta {
     int32_t c; /* -bias * sum of its codes */
 };
 
-/* One call of a tile kernel: a 16-row panel, n_act activation rows, a run of blocks. */
+/* One call of a tile kernel: a 16-row panel (two for a wide tile), n_act activation rows, a run
+ * of blocks. */
 struct fx_r16_tile {
-    const uint8_t *w;               /* the run's packed blocks: [n_blocks][fx_r16_block_bytes] */
-    int64_t n_blocks;               /* */
-    const uint8_t *act;             /* activation row 0 at the run's first block */
-    uint64_t act_stride;            /* bytes between activation rows */
+    const uint8_t *w;    /* the run's packed blocks: [n_blocks][fx_r16_block_bytes] */
+    uint64_t w_stride;   /* wide tiles: bytes from the first panel's run to the second's */
+    int64_t n_blocks;    /* */
+    const uint8_t *act;  /* activation row 0 at the run's first block */
+    uint64_t act_stride; /* bytes between activation rows */
     const struct fx_r16_meta *meta; /* [n_act][meta_stride], Q8_0 and Q8_1 activations */
     int64_t meta_stride;            /* */
     float *out;                     /* output of activation row 0 at the panel's first weight row */
     int64_t out_stride;             /* floats between activation rows' outputs */
-    int n_act;                      /* 1, 2, 4 or 8 */
-    int n_rows;                     /* valid rows in the panel, 1..16 (only they are written) */
+    int n_act;                      /* 1, 2, 4 or 8; FX_R16_WIDE_ACT for wide tiles */
+    int n_rows; /* valid rows, 1..16 (17..32 for wide tiles); only they are written */
     bool first; /* the run starts the row: accumulators start at 0, else in out */
 };
 
@@ -101,6 +107,7 @@ struct fx_r16_kernel {
     enum fx_type type;
     fx_r16_tile_fn tile;
     fx_r16_meta_fn meta; /* NULL for the K formats (Q8_K blocks carry what they need) */
+    fx_r16_tile_fn wide; /* NULL: the driver runs two panels as two tiles */
 };
 
 /* An fx_matmul_fn body for R16 kernels: reads w->packed when it is R16, and otherwise packs the

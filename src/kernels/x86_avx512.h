@@ -81,6 +81,22 @@ FX_INLINE void acc_store(const struct fx_r16_tile *t, int j, __m512 f) {
     _mm512_mask_storeu_ps(t->out + j * t->out_stride, lanes16(t->n_rows), f);
 }
 
+/* The same for panel p (0 or 1) of a wide tile: its lanes are rows 16p.. of the tile. */
+FX_INLINE __mmask16 panel_lanes(const struct fx_r16_tile *t, int p) {
+    int n = t->n_rows - FX_R16_ROWS * p;
+    return n >= FX_R16_ROWS ? (__mmask16)0xffff : lanes16(n > 0 ? n : 0);
+}
+
+FX_INLINE __m512 acc_load_panel(const struct fx_r16_tile *t, int p, int j) {
+    if (t->first)
+        return _mm512_setzero_ps();
+    return _mm512_maskz_loadu_ps(panel_lanes(t, p), t->out + j * t->out_stride + FX_R16_ROWS * p);
+}
+
+FX_INLINE void acc_store_panel(const struct fx_r16_tile *t, int p, int j, __m512 f) {
+    _mm512_mask_storeu_ps(t->out + j * t->out_stride + FX_R16_ROWS * p, panel_lanes(t, p), f);
+}
+
 /* The tile and metadata kernels of the AVX-512 table's R16 formats (x86_avx512_q32.c and
  * x86_avx512_qk.c); x86_avx512.c puts them in the table. */
 void fx_avx512_tile_q8_0(const struct fx_r16_tile *t);
@@ -93,6 +109,12 @@ void fx_avx512_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
                          struct fx_r16_meta *meta);
 void fx_avx512_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
                          struct fx_r16_meta *meta);
+void fx_avx512_wide_q8_0(const struct fx_r16_tile *t);
+void fx_avx512_wide_q4_0(const struct fx_r16_tile *t);
+void fx_avx512_wide_q4_1(const struct fx_r16_tile *t);
+void fx_avx512_wide_q5_0(const struct fx_r16_tile *t);
+void fx_avx512_wide_q5_1(const struct fx_r16_tile *t);
+void fx_avx512_wide_mxfp4(const struct fx_r16_tile *t);
 void fx_avx512_tile_q2_K(const struct fx_r16_tile *t);
 void fx_avx512_tile_q3_K(const struct fx_r16_tile *t);
 void fx_avx512_tile_q4_K(const struct fx_r16_tile *t);

@@ -48,57 +48,53 @@ FX_INLINE __m512i or_bit4(__m512i x, __m512i planes, int g) {
     return _mm512_ternarylogic_epi32(x, moved, _mm512_set1_epi8(0x10), 0xf8);
 }
 
-FX_INLINE void q32_decode(enum fx_type type, const uint8_t *p, struct q32_block *b) {
-    if (type == FX_TYPE_Q8_0) {
-        b->d = fp16x16(p);
-#pragma GCC unroll 16
-        for (int g = 0; g < 8; g++)
-            b->q[g] = load512(p + 32 + 64 * g);
-        return;
-    }
-    const uint8_t *qs, *hmask = NULL;
+/* The offsets in a packed block of the codes (qs) and of the fifth-bit planes (0: none). */
+FX_INLINE size_t q32_qs(enum fx_type type) {
     switch (type) {
     case FX_TYPE_MXFP4:
-        b->d = e8m0_half_x16(p);
-        qs = p + 16;
-        break;
+        return 16;
     case FX_TYPE_Q4_1:
-        b->d = fp16x16(p);
-        b->m = fp16x16(p + 32);
-        qs = p + 64;
-        break;
+        return 64;
     case FX_TYPE_Q5_0:
-        b->d = fp16x16(p);
-        hmask = p + 32;
-        qs = p + 96;
-        break;
+        return 96;
     case FX_TYPE_Q5_1:
-        b->d = fp16x16(p);
-        b->m = fp16x16(p + 32);
-        hmask = p + 64;
-        qs = p + 128;
-        break;
-    default: /* Q4_0 */
-        b->d = fp16x16(p);
-        qs = p + 32;
-        break;
+        return 128;
+    default: /* Q8_0, Q4_0 */
+        return 32;
     }
-#pragma GCC unroll 16
-    for (int i = 0; i < 4; i++) {
-        __m512i x = load512(qs + 64 * i);
-        b->q[i] = nib_lo(x);
-        b->q[i + 4] = nib_hi(x);
-    }
-    if (hmask) {
-        __m512i planes = load512(hmask);
-#pragma GCC unroll 16
-        for (int g = 0; g < 8; g++)
-            b->q[g] = or_bit4(b->q[g], planes, g);
-    }
+}
+
+FX_INLINE size_t q32_hmask(enum fx_type type) {
+    return type == FX_TYPE_Q5_0 ? 32 : type == FX_TYPE_Q5_1 ? 64 : 0;
+}
+
+/* The unsigned codes of group g (elements 4g..4g+3 in lane r) of the packed block at p. The 4-bit
+ * formats take groups g and g + 4 from one load (low and high nibbles): callers that want both
+ * ask for both, and the compiler loads once. */
+FX_INLINE __m512i q32_group(enum fx_type type, const uint8_t *p, int g) {
+    if (type == FX_TYPE_Q8_0)
+        return load512(p + 32 + 64 * g);
+    __m512i x = load512(p + q32_qs(type) + 64 * (g % 4));
+    __m512i q = g < 4 ? nib_lo(x) : nib_hi(x);
+    if (q32_hmask(type))
+        q = or_bit4(q, load512(p + q32_hmask(type)), g);
     if (type == FX_TYPE_MXFP4)
+        q = _mm512_shuffle_epi8(mxfp4_lut(), q);
+    return q;
+}
+
+/* The scales of the packed block at p, and for the affine formats the minimums. */
+FX_INLINE void q32_scales(enum fx_type type, const uint8_t *p, __m512 *d, __m512 *m) {
+    *d = type == FX_TYPE_MXFP4 ? e8m0_half_x16(p) : fp16x16(p);
+    if (q32_affine(type))
+        *m = fp16x16(p + 32);
+}
+
+FX_INLINE void q32_decode(enum fx_type type, const uint8_t *p, struct q32_block *b) {
+    q32_scales(type, p, &b->d, &b->m);
 #pragma GCC unroll 16
-        for (int g = 0; g < 8; g++)
-            b->q[g] = _mm512_shuffle_epi8(mxfp4_lut(), b->q[g]);
+    for (int g = 0; g < 8; g++)
+        b->q[g] = q32_group(type, p, g);
 }
 
 FX_INLINE size_t q32_block_bytes(enum fx_type type) {
@@ -198,8 +194,99 @@ FX_INLINE void q32_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
     }
 }
 
+/* A wide tile: two panels against FX_R16_WIDE_ACT activation rows. Group by group, the codes of
+ * both panels meet each activation dword, broadcast once into a register: half the loads of the
+ * one-panel tile per vpdpbusd (and the 16 sums, two per pair for groups 0-3 and 4-7, keep the
+ * dependent chains short). 16 sums, 8 accumulators, 2 code registers and a broadcast fit the
+ * 32 registers. The float sequence per pair is the one of r16.h, as in q32_tile. */
+FX_INLINE void q32_wide(enum fx_type type, const struct fx_r16_tile *t) {
+    enum { A = FX_R16_WIDE_ACT };
+    const bool affine = q32_affine(type);
+    const uint64_t ablock = affine ? sizeof(struct fx_block_q8_1) : sizeof(struct fx_block_q8_0);
+    const uint8_t *codes = t->act + (affine ? 4 : 2);
+    const size_t pbytes = q32_block_bytes(type);
+    __m512 f[2][A];
+#pragma GCC unroll 16
+    for (int p = 0; p < 2; p++)
+#pragma GCC unroll 16
+        for (int j = 0; j < A; j++)
+            f[p][j] = acc_load_panel(t, p, j);
+    for (int64_t b = 0; b < t->n_blocks; b++) {
+        const uint8_t *w[2] = {t->w + (size_t)b * pbytes, t->w + t->w_stride + (size_t)b * pbytes};
+        const uint8_t *a = codes + (uint64_t)b * ablock;
+        const struct fx_r16_meta *m = &t->meta[b];
+        __m512i lo[2][A], hi[2][A]; /* the sums of groups 0-3 and 4-7 */
+#pragma GCC unroll 16
+        for (int j = 0; j < A; j++) {
+            lo[0][j] = lo[1][j] = _mm512_set1_epi32(m[j * t->meta_stride].c);
+            hi[0][j] = hi[1][j] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < 4; i++)
+#pragma GCC unroll 16
+            for (int h = 0; h < 2; h++) {
+                int g = i + 4 * h;
+                __m512i q0 = q32_group(type, w[0], g), q1 = q32_group(type, w[1], g);
+#pragma GCC unroll 16
+                for (int j = 0; j < A; j++) {
+                    __m512i x = bcast4(a + (uint64_t)j * t->act_stride + 4 * g);
+                    if (h) {
+                        hi[0][j] = _mm512_dpbusd_epi32(hi[0][j], q0, x);
+                        hi[1][j] = _mm512_dpbusd_epi32(hi[1][j], q1, x);
+                    } else {
+                        lo[0][j] = _mm512_dpbusd_epi32(lo[0][j], q0, x);
+                        lo[1][j] = _mm512_dpbusd_epi32(lo[1][j], q1, x);
+                    }
+                }
+            }
+#pragma GCC unroll 16
+        for (int p = 0; p < 2; p++) {
+            __m512 d, mw;
+            q32_scales(type, w[p], &d, &mw);
+#pragma GCC unroll 16
+            for (int j = 0; j < A; j++) {
+                const struct fx_r16_meta *mj = &m[j * t->meta_stride];
+                __m512i isum = _mm512_add_epi32(lo[p][j], hi[p][j]);
+                __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(mj->d));
+                f[p][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, f[p][j]);
+                if (affine)
+                    f[p][j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(mj->s), f[p][j]);
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int p = 0; p < 2; p++)
+#pragma GCC unroll 16
+        for (int j = 0; j < A; j++)
+            acc_store_panel(t, p, j, f[p][j]);
+}
+
 void fx_avx512_tile_q8_0(const struct fx_r16_tile *t) {
     q32_tile_any(FX_TYPE_Q8_0, t);
+}
+
+void fx_avx512_wide_q8_0(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_Q8_0, t);
+}
+
+void fx_avx512_wide_q4_0(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_Q4_0, t);
+}
+
+void fx_avx512_wide_q4_1(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_Q4_1, t);
+}
+
+void fx_avx512_wide_q5_0(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_Q5_0, t);
+}
+
+void fx_avx512_wide_q5_1(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_Q5_1, t);
+}
+
+void fx_avx512_wide_mxfp4(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_MXFP4, t);
 }
 
 void fx_avx512_tile_q4_0(const struct fx_r16_tile *t) {
