@@ -70,30 +70,21 @@ FX_INLINE __mmask16 lanes16(int n) {
     return (__mmask16)((1u << n) - 1);
 }
 
-/* A tile's accumulators: zero at the start of a row, else what the previous run left in out. */
-FX_INLINE __m512 acc_load(const struct fx_r16_tile *t, int j) {
-    if (t->first)
-        return _mm512_setzero_ps();
-    return _mm512_maskz_loadu_ps(lanes16(t->n_rows), t->out + j * t->out_stride);
-}
-
-FX_INLINE void acc_store(const struct fx_r16_tile *t, int j, __m512 f) {
-    _mm512_mask_storeu_ps(t->out + j * t->out_stride, lanes16(t->n_rows), f);
-}
-
-/* The same for panel p (0 or 1) of a wide tile: its lanes are rows 16p.. of the tile. */
+/* The lanes of panel p (0, or 1 in a wide tile) that hold valid rows: rows 16p.. of the tile. */
 FX_INLINE __mmask16 panel_lanes(const struct fx_r16_tile *t, int p) {
     int n = t->n_rows - FX_R16_ROWS * p;
     return n >= FX_R16_ROWS ? (__mmask16)0xffff : lanes16(n > 0 ? n : 0);
 }
 
-FX_INLINE __m512 acc_load_panel(const struct fx_r16_tile *t, int p, int j) {
+/* A tile's accumulators for panel p and activation row j: zero at the start of a row, else what
+ * the previous run left in out. */
+FX_INLINE __m512 acc_load(const struct fx_r16_tile *t, int p, int j) {
     if (t->first)
         return _mm512_setzero_ps();
     return _mm512_maskz_loadu_ps(panel_lanes(t, p), t->out + j * t->out_stride + FX_R16_ROWS * p);
 }
 
-FX_INLINE void acc_store_panel(const struct fx_r16_tile *t, int p, int j, __m512 f) {
+FX_INLINE void acc_store(const struct fx_r16_tile *t, int p, int j, __m512 f) {
     _mm512_mask_storeu_ps(t->out + j * t->out_stride + FX_R16_ROWS * p, panel_lanes(t, p), f);
 }
 

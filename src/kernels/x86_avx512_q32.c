@@ -12,13 +12,6 @@
 
 #include "kernels/generic.h"
 
-/* A packed block of 16 rows, decoded: unsigned codes q[g] (elements 4g..4g+3 in lane r), the
- * scales d and, for the affine formats, the minimums m. */
-struct q32_block {
-    __m512i q[8];
-    __m512 d, m;
-};
-
 FX_INLINE bool q32_affine(enum fx_type type) {
     return type == FX_TYPE_Q4_1 || type == FX_TYPE_Q5_1;
 }
@@ -90,13 +83,6 @@ FX_INLINE void q32_scales(enum fx_type type, const uint8_t *p, __m512 *d, __m512
         *m = fp16x16(p + 32);
 }
 
-FX_INLINE void q32_decode(enum fx_type type, const uint8_t *p, struct q32_block *b) {
-    q32_scales(type, p, &b->d, &b->m);
-#pragma GCC unroll 16
-    for (int g = 0; g < 8; g++)
-        b->q[g] = q32_group(type, p, g);
-}
-
 FX_INLINE size_t q32_block_bytes(enum fx_type type) {
     switch (type) {
     case FX_TYPE_Q8_0:
@@ -114,137 +100,61 @@ FX_INLINE size_t q32_block_bytes(enum fx_type type) {
     }
 }
 
-FX_INLINE void q32_tile(enum fx_type type, int width, const struct fx_r16_tile *t) {
+/* A tile: np panels (1, or 2 for a wide tile) against `width` activation rows. Group by group,
+ * the codes of the panels meet each activation dword, broadcast once into a register (a wide
+ * tile halves the loads per vpdpbusd, which bound the one-panel tiles: two vector loads per
+ * cycle). Each pair keeps two partial sums, of groups 0-3 and 4-7, so that the chains of
+ * dependent vpdpbusd are short (integer sums: the split changes nothing). At most 16 sums, 8
+ * accumulators, 2 code registers and a broadcast: they fit the 32 registers. */
+FX_INLINE void q32_tile(enum fx_type type, int np, int width, const struct fx_r16_tile *t) {
     const bool affine = q32_affine(type);
     const uint64_t ablock = affine ? sizeof(struct fx_block_q8_1) : sizeof(struct fx_block_q8_0);
     const uint8_t *codes = t->act + (affine ? 4 : 2);
     const size_t pbytes = q32_block_bytes(type);
-    __m512 f[FX_R16_MAX_ACT];
+    __m512 f[2][FX_R16_MAX_ACT];
 #pragma GCC unroll 16
-    for (int j = 0; j < width; j++)
-        f[j] = acc_load(t, j);
-    for (int64_t b = 0; b < t->n_blocks; b++) {
-        struct q32_block w;
-        q32_decode(type, t->w + (size_t)b * pbytes, &w);
-        /* The integer sums of every activation row, interleaved so that consecutive vpdpbusd
-         * do not wait on each other. */
-        const uint8_t *a = codes + (uint64_t)b * ablock;
-        const struct fx_r16_meta *m = &t->meta[b];
-        __m512i isum[FX_R16_MAX_ACT];
+    for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
-            isum[j] = _mm512_set1_epi32(m[j * t->meta_stride].c);
-        if (width < 4) {
-            /* Few rows: two partial sums each, so that the chains of dependent vpdpbusd are
-             * half as long (integer sums, so the split changes nothing). */
-            __m512i odd[FX_R16_MAX_ACT];
-#pragma GCC unroll 16
-            for (int j = 0; j < width; j++)
-                odd[j] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-            for (int g = 0; g < 8; g += 2)
-#pragma GCC unroll 16
-                for (int j = 0; j < width; j++) {
-                    const uint8_t *aj = a + (uint64_t)j * t->act_stride + 4 * g;
-                    isum[j] = _mm512_dpbusd_epi32(isum[j], w.q[g], bcast4(aj));
-                    odd[j] = _mm512_dpbusd_epi32(odd[j], w.q[g + 1], bcast4(aj + 4));
-                }
-#pragma GCC unroll 16
-            for (int j = 0; j < width; j++)
-                isum[j] = _mm512_add_epi32(isum[j], odd[j]);
-        } else {
-            /* Four rows at a time: 8 codes, 8 accumulators and 4 sums fit the 32 registers. */
-#pragma GCC unroll 16
-            for (int j0 = 0; j0 < width; j0 += 4)
-#pragma GCC unroll 16
-                for (int g = 0; g < 8; g++)
-#pragma GCC unroll 16
-                    for (int j = j0; j < j0 + 4; j++)
-                        isum[j] = _mm512_dpbusd_epi32(
-                            isum[j], w.q[g], bcast4(a + (uint64_t)j * t->act_stride + 4 * g));
-        }
-#pragma GCC unroll 16
-        for (int j = 0; j < width; j++) {
-            __m512 scale = _mm512_mul_ps(w.d, _mm512_set1_ps(m[j * t->meta_stride].d));
-            f[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), scale, f[j]);
-            if (affine)
-                f[j] = _mm512_fmadd_ps(w.m, _mm512_set1_ps(m[j * t->meta_stride].s), f[j]);
-        }
-    }
-#pragma GCC unroll 16
-    for (int j = 0; j < width; j++)
-        acc_store(t, j, f[j]);
-}
-
-/* One specialisation per tile width. */
-FX_INLINE void q32_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
-    switch (t->n_act) {
-    case 8:
-        q32_tile(type, 8, t);
-        break;
-    case 4:
-        q32_tile(type, 4, t);
-        break;
-    case 2:
-        q32_tile(type, 2, t);
-        break;
-    default:
-        q32_tile(type, 1, t);
-        break;
-    }
-}
-
-/* A wide tile: two panels against FX_R16_WIDE_ACT activation rows. Group by group, the codes of
- * both panels meet each activation dword, broadcast once into a register: half the loads of the
- * one-panel tile per vpdpbusd (and the 16 sums, two per pair for groups 0-3 and 4-7, keep the
- * dependent chains short). 16 sums, 8 accumulators, 2 code registers and a broadcast fit the
- * 32 registers. The float sequence per pair is the one of r16.h, as in q32_tile. */
-FX_INLINE void q32_wide(enum fx_type type, const struct fx_r16_tile *t) {
-    enum { A = FX_R16_WIDE_ACT };
-    const bool affine = q32_affine(type);
-    const uint64_t ablock = affine ? sizeof(struct fx_block_q8_1) : sizeof(struct fx_block_q8_0);
-    const uint8_t *codes = t->act + (affine ? 4 : 2);
-    const size_t pbytes = q32_block_bytes(type);
-    __m512 f[2][A];
-#pragma GCC unroll 16
-    for (int p = 0; p < 2; p++)
-#pragma GCC unroll 16
-        for (int j = 0; j < A; j++)
-            f[p][j] = acc_load_panel(t, p, j);
+            f[p][j] = acc_load(t, p, j);
     for (int64_t b = 0; b < t->n_blocks; b++) {
         const uint8_t *w[2] = {t->w + (size_t)b * pbytes, t->w + t->w_stride + (size_t)b * pbytes};
         const uint8_t *a = codes + (uint64_t)b * ablock;
         const struct fx_r16_meta *m = &t->meta[b];
-        __m512i lo[2][A], hi[2][A]; /* the sums of groups 0-3 and 4-7 */
+        __m512i lo[2][FX_R16_MAX_ACT], hi[2][FX_R16_MAX_ACT];
 #pragma GCC unroll 16
-        for (int j = 0; j < A; j++) {
-            lo[0][j] = lo[1][j] = _mm512_set1_epi32(m[j * t->meta_stride].c);
-            hi[0][j] = hi[1][j] = _mm512_setzero_si512();
-        }
+        for (int p = 0; p < np; p++)
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++) {
+                lo[p][j] = _mm512_set1_epi32(m[j * t->meta_stride].c);
+                hi[p][j] = _mm512_setzero_si512();
+            }
 #pragma GCC unroll 16
         for (int i = 0; i < 4; i++)
 #pragma GCC unroll 16
             for (int h = 0; h < 2; h++) {
                 int g = i + 4 * h;
-                __m512i q0 = q32_group(type, w[0], g), q1 = q32_group(type, w[1], g);
+                __m512i q[2];
 #pragma GCC unroll 16
-                for (int j = 0; j < A; j++) {
+                for (int p = 0; p < np; p++)
+                    q[p] = q32_group(type, w[p], g);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++) {
                     __m512i x = bcast4(a + (uint64_t)j * t->act_stride + 4 * g);
-                    if (h) {
-                        hi[0][j] = _mm512_dpbusd_epi32(hi[0][j], q0, x);
-                        hi[1][j] = _mm512_dpbusd_epi32(hi[1][j], q1, x);
-                    } else {
-                        lo[0][j] = _mm512_dpbusd_epi32(lo[0][j], q0, x);
-                        lo[1][j] = _mm512_dpbusd_epi32(lo[1][j], q1, x);
-                    }
+#pragma GCC unroll 16
+                    for (int p = 0; p < np; p++)
+                        if (h)
+                            hi[p][j] = _mm512_dpbusd_epi32(hi[p][j], q[p], x);
+                        else
+                            lo[p][j] = _mm512_dpbusd_epi32(lo[p][j], q[p], x);
                 }
             }
 #pragma GCC unroll 16
-        for (int p = 0; p < 2; p++) {
+        for (int p = 0; p < np; p++) {
             __m512 d, mw;
             q32_scales(type, w[p], &d, &mw);
 #pragma GCC unroll 16
-            for (int j = 0; j < A; j++) {
+            for (int j = 0; j < width; j++) {
                 const struct fx_r16_meta *mj = &m[j * t->meta_stride];
                 __m512i isum = _mm512_add_epi32(lo[p][j], hi[p][j]);
                 __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(mj->d));
@@ -255,10 +165,32 @@ FX_INLINE void q32_wide(enum fx_type type, const struct fx_r16_tile *t) {
         }
     }
 #pragma GCC unroll 16
-    for (int p = 0; p < 2; p++)
+    for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
-        for (int j = 0; j < A; j++)
-            acc_store_panel(t, p, j, f[p][j]);
+        for (int j = 0; j < width; j++)
+            acc_store(t, p, j, f[p][j]);
+}
+
+/* One specialisation per tile shape. */
+FX_INLINE void q32_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
+    switch (t->n_act) {
+    case 8:
+        q32_tile(type, 1, 8, t);
+        break;
+    case 4:
+        q32_tile(type, 1, 4, t);
+        break;
+    case 2:
+        q32_tile(type, 1, 2, t);
+        break;
+    default:
+        q32_tile(type, 1, 1, t);
+        break;
+    }
+}
+
+FX_INLINE void q32_wide(enum fx_type type, const struct fx_r16_tile *t) {
+    q32_tile(type, 2, FX_R16_WIDE_ACT, t);
 }
 
 void fx_avx512_tile_q8_0(const struct fx_r16_tile *t) {

@@ -221,7 +221,7 @@ FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t)
     _Alignas(64) float f[FX_R16_MAX_ACT][16];
 #pragma GCC unroll 16
     for (int j = 0; j < width; j++)
-        _mm512_store_ps(f[j], acc_load(t, j));
+        _mm512_store_ps(f[j], acc_load(t, 0, j));
     for (int64_t b = 0; b < t->n_blocks; b++) {
         const uint8_t *p = t->w + (size_t)b * pbytes;
         const uint8_t *a = t->act + (uint64_t)b * Q8K_BYTES;
@@ -270,7 +270,7 @@ FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t)
     }
 #pragma GCC unroll 16
     for (int j = 0; j < width; j++)
-        acc_store(t, j, _mm512_load_ps(f[j]));
+        acc_store(t, 0, j, _mm512_load_ps(f[j]));
 }
 
 FX_INLINE void k_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
