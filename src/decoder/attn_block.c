@@ -8,9 +8,9 @@
  *             softcap, softmax (+ sink), att = sum_j p_j v_j
  *   h = att Wo^T (+bo), post-norm (gemma), x += h
  *
- * Attention runs in blocks of rows per KV head (each key and value row read once per block), but
- * each row's arithmetic is the same whether it arrives alone or in a batch, in the same order
- * (keys ascending), so a batched step and single steps give the same numbers. */
+ * Attention is an online softmax over runs of keys cut at fixed absolute positions, so each
+ * row's arithmetic is the same whether it arrives alone or in a batch: a batched step and
+ * single steps give the same numbers. */
 #include <math.h>
 #include <string.h>
 
@@ -53,106 +53,72 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     }
 }
 
-/* Keys scored together for every row and head of a block: 64 keys of head_dim 64..128 floats
- * (16-32 KiB) stay in L1 while they are reused. */
-#define ATT_KEY_TILE 64
+/* Keys are fed to the attention kernel in runs cut at multiples of this many absolute
+ * positions, for every row whatever its batch: a row's arithmetic then depends only on its own
+ * query and keys, so batched, chunked and single-token steps give the same bits. (The kernels
+ * take runs of up to 64 keys in one step.) */
+#define ATT_RUN 64
 
-/* A block of query rows and the key positions each row sees. The rows of a block share one
- * sequence's cache (with the contiguous kind, every row of a step does). */
-struct att_block {
-    int64_t i0, n;                  /* rows i0 .. i0 + n - 1 of the chunk */
-    int32_t lo[FX_ATT_BLOCK_ROWS];  /* first visible key of each row */
-    int32_t pos[FX_ATT_BLOCK_ROWS]; /* its position: the last visible key */
-    int32_t lo_min, pos_max;        /* the union of their ranges */
-};
-
-static void block_ranges(const struct fx_chunk *c, const struct fx_layer *l, int32_t n_swa,
-                         struct att_block *b) {
-    b->lo_min = INT32_MAX;
-    b->pos_max = -1;
-    for (int64_t r = 0; r < b->n; r++) {
-        int32_t pos = fx_kv_step_pos(&c->kv, b->i0 + r);
-        b->pos[r] = pos;
-        b->lo[r] = l->swa && pos >= n_swa ? pos - n_swa + 1 : 0;
-        if (b->lo[r] < b->lo_min)
-            b->lo_min = b->lo[r];
-        if (pos > b->pos_max)
-            b->pos_max = pos;
-    }
-}
-
-/* Attention of one KV head's query heads for one block of rows. Each key and value row is read
- * once for the whole block (rows x heads of the group); every score is the same dot product, and
- * every output sums its values in ascending key order, exactly as for a block of one row, so a
- * row's result does not depend on the rows it is batched with.
- * scores: [n rows][group][n_ctx], one line per (row, head), indexed from the row's first key. */
-static void attend_group(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
-                         const struct att_block *b, float *scores) {
+/* Attention of the query heads that share KV head g, for a block of rows (online softmax).
+ * The block's keys go by run, and within a run every row of the block takes its part, so that
+ * a run's keys and values are read from memory once for the whole block and then from L1;
+ * each row still sees its own keys in the same runs as it would alone. state: the worker's
+ * running sums, per row [group][head_dim_v] + 2 [group]. */
+static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
+                         int64_t i0, int64_t n, float *state) {
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
-    int64_t q_dim = hp->n_head * hd, att_dim = hp->n_head * hd_v;
     int group = hp->n_head / hp->n_head_kv;
-    int64_t line = ctx->n_ctx;
-
-    /* Scores, a tile of keys at a time so that the tile stays in L1 while every row and head
-     * of the block reads it. */
-    int64_t k_stride = fx_kv_step_k_stride(&c->kv, b->i0);
-    for (int32_t t0 = b->lo_min; t0 <= b->pos_max; t0 += ATT_KEY_TILE) {
-        int32_t t1 = t0 + ATT_KEY_TILE - 1 < b->pos_max ? t0 + ATT_KEY_TILE - 1 : b->pos_max;
-        for (int64_t r = 0; r < b->n; r++) {
-            int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
+    int64_t per_row = group * hd_v + 2 * group;
+    int32_t lo[FX_ATT_BLOCK_ROWS], pos[FX_ATT_BLOCK_ROWS], lo_min = INT32_MAX, pos_max = -1;
+    for (int64_t r = 0; r < n; r++) {
+        float *acc = state + r * per_row, *m = acc + group * hd_v, *sum = m + group;
+        for (int64_t o = 0; o < group * hd_v; o++)
+            acc[o] = 0.0f;
+        for (int o = 0; o < group; o++) {
+            m[o] = -INFINITY;
+            sum[o] = 0.0f;
+        }
+        pos[r] = fx_kv_step_pos(&c->kv, i0 + r);
+        lo[r] = l->swa && pos[r] >= hp->n_swa ? pos[r] - hp->n_swa + 1 : 0;
+        lo_min = lo[r] < lo_min ? lo[r] : lo_min;
+        pos_max = pos[r] > pos_max ? pos[r] : pos_max;
+    }
+    int64_t k_stride = fx_kv_step_k_stride(&c->kv, i0), v_stride = fx_kv_step_v_stride(&c->kv, i0);
+    for (int32_t t0 = lo_min / ATT_RUN * ATT_RUN; t0 <= pos_max; t0 += ATT_RUN) {
+        for (int64_t r = 0; r < n; r++) {
+            int32_t j0 = t0 > lo[r] ? t0 : lo[r];
+            int32_t j1 = t0 + ATT_RUN - 1 < pos[r] ? t0 + ATT_RUN - 1 : pos[r];
             if (j0 > j1)
                 continue;
-            const float *keys = fx_kv_step_k(&c->kv, il, b->i0, g, j0);
-            const float *q = ctx->s.q + (b->i0 + r) * q_dim + (int64_t)g * group * hd;
-            for (int hh = 0; hh < group; hh++)
-                k->attn_scores(scores + (r * group + hh) * line + (j0 - b->lo[r]), q + hh * hd,
-                               keys, k_stride, j1 - j0 + 1, hd, hp->attn_scale);
+            float *acc = state + r * per_row, *m = acc + group * hd_v, *sum = m + group;
+            const float *q = ctx->s.q + (i0 + r) * hp->n_head * hd + (int64_t)g * group * hd;
+            k->attn_run(acc, m, sum, q, hd, group, fx_kv_step_k(&c->kv, il, i0 + r, g, j0),
+                        k_stride, fx_kv_step_v(&c->kv, il, i0 + r, g, j0), v_stride, j1 - j0 + 1,
+                        hd, hd_v, hp->attn_scale, hp->attn_softcap);
         }
     }
-    for (int64_t r = 0; r < b->n; r++) {
-        int64_t n_keys = b->pos[r] - b->lo[r] + 1;
-        for (int hh = 0; hh < group; hh++) {
-            float *sc = scores + (r * group + hh) * line;
-            if (hp->attn_softcap > 0.0f)
-                k->softcap(sc, n_keys, hp->attn_softcap);
-            int h = g * group + hh;
-            k->softmax(sc, n_keys, l->sinks ? l->sinks[h] : -INFINITY);
-            memset(ctx->s.att + (b->i0 + r) * att_dim + h * hd_v, 0, (size_t)hd_v * sizeof(float));
-        }
-    }
-    int64_t v_stride = fx_kv_step_v_stride(&c->kv, b->i0);
-    for (int32_t t0 = b->lo_min; t0 <= b->pos_max; t0 += ATT_KEY_TILE) {
-        int32_t t1 = t0 + ATT_KEY_TILE - 1 < b->pos_max ? t0 + ATT_KEY_TILE - 1 : b->pos_max;
-        for (int64_t r = 0; r < b->n; r++) {
-            int32_t j0 = t0 > b->lo[r] ? t0 : b->lo[r], j1 = t1 < b->pos[r] ? t1 : b->pos[r];
-            if (j0 > j1)
-                continue;
-            const float *values = fx_kv_step_v(&c->kv, il, b->i0, g, j0);
-            float *out = ctx->s.att + (b->i0 + r) * att_dim + (int64_t)g * group * hd_v;
-            k->attn_values(out, hd_v, scores + r * group * line + (j0 - b->lo[r]), line, group,
-                           values, v_stride, j1 - j0 + 1, hd_v);
-        }
+    for (int64_t r = 0; r < n; r++) {
+        float *acc = state + r * per_row, *m = acc + group * hd_v, *sum = m + group;
+        float *out = ctx->s.att + (i0 + r) * hp->n_head * hd_v + (int64_t)g * group * hd_v;
+        k->attn_finish(out, hd_v, acc, m, sum, l->sinks ? l->sinks + g * group : NULL, group, hd_v);
     }
 }
 
-/* This worker's share of the (KV head, block of rows) pairs. */
+/* This worker's share of the (block of rows, KV head) pairs. Causal rows cost in proportion to
+ * their position, so the pairs are dealt round-robin (a contiguous split would leave the last
+ * rows, the most expensive, to the last worker). */
 static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
-    const struct fx_layer *l = &ctx->model->layers[il];
-    int64_t n_blocks = (c->n + FX_ATT_BLOCK_ROWS - 1) / FX_ATT_BLOCK_ROWS;
-    float *scores = ctx->s.scores + (int64_t)w->ith * ctx->scores_per_worker;
-    int64_t b, e;
-    fx_par_range(n_blocks * hp->n_head_kv, w->ith, w->nth, 1, &b, &e);
-    for (int64_t item = b; item < e; item++) {
-        struct att_block blk;
-        blk.i0 = item / hp->n_head_kv * FX_ATT_BLOCK_ROWS;
-        blk.n = c->n - blk.i0 < FX_ATT_BLOCK_ROWS ? c->n - blk.i0 : FX_ATT_BLOCK_ROWS;
-        block_ranges(c, l, hp->n_swa, &blk);
-        attend_group(ctx, c, il, (int)(item % hp->n_head_kv), &blk, scores);
+    int64_t n_items = (c->n + FX_ATT_BLOCK_ROWS - 1) / FX_ATT_BLOCK_ROWS * hp->n_head_kv;
+    float *state = ctx->s.attn_state + (int64_t)w->ith * ctx->attn_state_per_worker;
+    for (int64_t item = w->ith; item < n_items; item += w->nth) {
+        int64_t i0 = item / hp->n_head_kv * FX_ATT_BLOCK_ROWS;
+        int64_t n = c->n - i0 < FX_ATT_BLOCK_ROWS ? c->n - i0 : FX_ATT_BLOCK_ROWS;
+        attend_block(ctx, c, il, (int)(item % hp->n_head_kv), i0, n, state);
     }
 }
 

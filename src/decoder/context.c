@@ -48,7 +48,7 @@ static int model_mats(const struct fx_model *m, int il, const struct fx_mat **ou
 
 /* Offsets of every buffer in the arena, in the order they are planned. */
 struct layout {
-    uint64_t x, xn, q, k, v, att, h, gate, up, scores, act[FX_TYPE_COUNT];
+    uint64_t x, xn, q, k, v, att, h, gate, up, attn_state, act[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
 };
 
@@ -72,7 +72,7 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->h = reserve(p, nb * e, f4);
     o->gate = reserve(p, nf * ff, f4);
     o->up = reserve(p, nf * ff, f4);
-    o->scores = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->scores_per_worker, f4);
+    o->attn_state = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->attn_state_per_worker, f4);
 
     /* An activation buffer per format in use, wide enough for the widest input of any matrix
      * dotted in that format. */
@@ -159,8 +159,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     ctx->n_ctx = p.n_ctx;
     ctx->n_batch = p.n_batch;
     ctx->n_ffn_rows = p.n_batch * (hp->n_expert_used > 0 ? hp->n_expert_used : 1);
-    int64_t block_rows = p.n_batch < FX_ATT_BLOCK_ROWS ? p.n_batch : FX_ATT_BLOCK_ROWS;
-    ctx->scores_per_worker = block_rows * (hp->n_head / hp->n_head_kv) * (int64_t)p.n_ctx;
+    int64_t group = hp->n_head / hp->n_head_kv;
+    ctx->attn_state_per_worker = FX_ATT_BLOCK_ROWS * (group * hp->head_dim_v + 2 * group);
     const char *dump = getenv("FERROX_DUMP");
     ctx->dump_dir = dump && *dump ? dump : NULL;
 
@@ -204,7 +204,7 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->h = (float *)(base + o.h);
     s->gate = (float *)(base + o.gate);
     s->up = (float *)(base + o.up);
-    s->scores = (float *)(base + o.scores);
+    s->attn_state = (float *)(base + o.attn_state);
     for (int t = 0; t < FX_TYPE_COUNT; t++)
         s->act[t] = o.act[t] == UINT64_MAX ? NULL : base + o.act[t];
     s->router = (float *)(base + o.router);

@@ -17,8 +17,9 @@
 #include "kv/kv.h"
 #include "model/model.h"
 
-/* Query rows attended together per KV head (see attn_block.c). */
-#define FX_ATT_BLOCK_ROWS 16
+/* Query rows attended together per KV head (see attn_block.c): their running sums and one run
+ * of keys and values stay in L1. */
+#define FX_ATT_BLOCK_ROWS 8
 
 /* The most experts a model may have (the loader rejects more). */
 #define FX_MAX_EXPERTS 4096
@@ -26,17 +27,17 @@
 /* Scratch for up to n_batch rows per chunk. n_ffn_rows is n_batch for dense models and
  * n_batch * n_expert_used for mixtures of experts (one row per selected expert). */
 struct fx_scratch {
-    float *x;      /* [n_batch][n_embd] residual stream */
-    float *xn;     /* [n_batch][n_embd] normed input of the current block */
-    float *q;      /* [n_batch][n_head * head_dim] */
-    float *k;      /* [n_batch][n_head_kv * head_dim] this step's new keys */
-    float *v;      /* [n_batch][n_head_kv * head_dim_v] this step's new values */
-    float *att;    /* [n_batch][n_head * head_dim_v] attention output before its projection */
-    float *h;      /* [n_batch][n_embd] a block's output before the residual add */
-    float *gate;   /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
-    float *up;     /* [n_ffn_rows][n_ff_max] */
-    float *scores; /* [n_threads][scores_per_worker]: attention scores of one block per worker,
-                    * [FX_ATT_BLOCK_ROWS][n_head / n_head_kv][n_ctx] */
+    float *x;          /* [n_batch][n_embd] residual stream */
+    float *xn;         /* [n_batch][n_embd] normed input of the current block */
+    float *q;          /* [n_batch][n_head * head_dim] */
+    float *k;          /* [n_batch][n_head_kv * head_dim] this step's new keys */
+    float *v;          /* [n_batch][n_head_kv * head_dim_v] this step's new values */
+    float *att;        /* [n_batch][n_head * head_dim_v] attention output before its projection */
+    float *h;          /* [n_batch][n_embd] a block's output before the residual add */
+    float *gate;       /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
+    float *up;         /* [n_ffn_rows][n_ff_max] */
+    float *attn_state; /* [n_threads][attn_state_per_worker]: running attention sums of a block
+                        * of rows per worker, [FX_ATT_BLOCK_ROWS][group * head_dim_v + 2 group] */
     /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
      * it does not use, and for F32, which reads the f32 rows directly):
      * [n_ffn_rows][act_row_bytes[type]]. */
@@ -61,7 +62,7 @@ struct fx_context {
     const struct fx_kernels *k;
     struct fx_pool *pool;
     int32_t n_ctx, n_batch, n_ffn_rows;
-    int64_t scores_per_worker; /* floats of attention scores each worker owns */
+    int64_t attn_state_per_worker; /* floats of attention state each worker owns */
     struct fx_kv_contig kv;
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */

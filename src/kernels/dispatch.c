@@ -67,8 +67,8 @@ static void merge(struct fx_kernels *t, const struct fx_kernels *over,
     TAKE(add);
     TAKE(scale);
     TAKE(axpy);
-    TAKE(attn_scores);
-    TAKE(attn_values);
+    TAKE(attn_run);
+    TAKE(attn_finish);
     TAKE(argmax);
 #undef TAKE
     for (int a = 0; a < FX_ACT_COUNT; a++) {

@@ -55,8 +55,8 @@ const struct fx_kernels fx_kernels_generic = {
     .add = fx_add_generic,
     .scale = fx_scale_generic,
     .axpy = fx_axpy_generic,
-    .attn_scores = fx_attn_scores_generic,
-    .attn_values = fx_attn_values_generic,
+    .attn_run = fx_attn_run_generic,
+    .attn_finish = fx_attn_finish_generic,
     .argmax = fx_argmax_generic,
 };
 

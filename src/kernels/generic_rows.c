@@ -141,26 +141,6 @@ void fx_scale_generic(float *out, const float *x, float s, int64_t n) {
         out[i] = x[i] * s;
 }
 
-void fx_attn_scores_generic(float *out, const float *q, const float *keys, int64_t key_stride,
-                            int64_t n_keys, int64_t dim, float scale) {
-    for (int64_t j = 0; j < n_keys; j++) {
-        const float *k = keys + j * key_stride;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < dim; i++)
-            sum += q[i] * k[i];
-        out[j] = sum * scale;
-    }
-}
-
-void fx_attn_values_generic(float *out, int64_t out_stride, const float *p, int64_t p_stride,
-                            int64_t n_out, const float *values, int64_t value_stride, int64_t n,
-                            int64_t dim) {
-    for (int64_t o = 0; o < n_out; o++)
-        for (int64_t j = 0; j < n; j++)
-            fx_axpy_generic(out + o * out_stride, values + j * value_stride, p[o * p_stride + j],
-                            dim);
-}
-
 void fx_axpy_generic(float *y, const float *x, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         y[i] += a * x[i];

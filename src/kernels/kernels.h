@@ -134,19 +134,22 @@ struct fx_kernels {
     void (*add)(float *out, const float *a, const float *b, int64_t n); /* out may be a or b */
     void (*scale)(float *out, const float *x, float s, int64_t n);      /* out may be x */
     void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
-    /* Attention scores: out[j] = scale * dot(q, keys + j * key_stride) for 0 <= j < n_keys, dim
-     * floats each. Each out[j] depends only on q and key row j (never on n_keys or on j's place
-     * in the range), so a score is the same whichever range it is computed in. */
-    void (*attn_scores)(float *out, const float *q, const float *keys, int64_t key_stride,
-                        int64_t n_keys, int64_t dim, float scale);
-    /* Attention outputs sharing their values (the query heads of one KV head):
-     *   out_o += p_o[j] * (values + j * value_stride)  for j = 0, 1, ..., n - 1 in that order,
-     * for outputs o < n_out (out_o = out + o * out_stride, p_o = p + o * p_stride), dim floats
-     * each, every step rounded as one fused multiply-add (a multiply and an add in the generic
-     * table). An output's bits depend neither on n_out nor on splitting the range in two calls. */
-    void (*attn_values)(float *out, int64_t out_stride, const float *p, int64_t p_stride,
-                        int64_t n_out, const float *values, int64_t value_stride, int64_t n,
-                        int64_t dim);
+    /* Attention, one run of consecutive keys at a time (online softmax), for the n_q query
+     * heads that share one KV head. The state of output o is a running maximum m[o], a running
+     * sum l[o] and an accumulator acc[o * dim_v ..] (start: -INFINITY, 0, zeros). For keys
+     * j = 0 .. n_keys - 1 (at keys + j * k_stride, values + j * v_stride):
+     *   s_j = scale * (q_o . k_j), then s_j = softcap * tanh(s_j / softcap) when softcap > 0
+     *   m' = max(m, max_j s_j);  c = e^(m - m');  p_j = e^(s_j - m')
+     *   l = l * c + sum_j p_j;   acc = acc * c + sum_j p_j v_j  (keys in order)
+     * A caller that feeds a row's keys in the same runs always gets the same bits, whatever it
+     * computes around them (the decoder cuts runs at fixed absolute positions). */
+    void (*attn_run)(float *acc, float *m, float *l, const float *q, int64_t q_stride, int64_t n_q,
+                     const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                     int64_t n_keys, int64_t dim_k, int64_t dim_v, float scale, float softcap);
+    /* out[o * out_stride ..] = acc_o / (l_o + e^(sink_o - m_o)), sinks NULL for none (the sink
+     * is a logit that joins the denominator only). An output that saw no key is zeros. */
+    void (*attn_finish)(float *out, int64_t out_stride, const float *acc, const float *m,
+                        const float *l, const float *sinks, int64_t n_q, int64_t dim_v);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
 };

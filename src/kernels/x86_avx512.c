@@ -248,8 +248,7 @@ const struct fx_kernels fx_kernels_avx512_part = {
             [FX_TYPE_Q5_K] = R16_OPS(vec_dot_q5_K),
             [FX_TYPE_Q6_K] = R16_OPS(vec_dot_q6_K),
         },
-    .attn_scores = fx_attn_scores_avx512,
-    .attn_values = fx_attn_values_avx512,
+    .attn_run = fx_attn_run_avx512,
 };
 
 #endif

@@ -1,23 +1,25 @@
-/* Attention kernels with AVX-512.
+/* Attention with AVX-512 (kernels.h, attn_run / attn_finish), online softmax.
  *
  * Scores: 16 keys at a time, each key's dot product accumulated in its own register (fused
  * multiply-adds over the head's 16-float chunks in order), then the 16 registers reduced
  * together by a transposing tree. Every key goes through the same operations whatever its place
- * among the 16 (the tree adds the same lanes in the same order for each register), and missing
- * keys of a last group are zeros that never mix with the others, so a key's score does not depend
- * on the range it is computed in (the kernels.h contract).
+ * among the 16, and missing keys of a last group are zeros that never mix with the others, so a
+ * key's score does not depend on how a run is grouped.
+ * Values: each output's accumulator stays in registers while the value rows stream by, one
+ * fused multiply-add per key and chunk, keys in order; outputs that share the value rows are
+ * done together (independent chains), which changes no output's arithmetic.
  *
- * Values: the head's output stays in registers while the value rows stream by, one fused
- * multiply-add per key and chunk, keys in order.
- *
- * The common head sizes (64, 128) get copies with the chunk count known at compile time, so
- * that the accumulators live in registers; other sizes take the same code with a run-time count. */
+ * Head sizes 64 and 128 get copies with the chunk counts known at compile time (accumulators
+ * in registers); other sizes use the generic kernels. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 
+#include "kernels/generic.h"
 #include "kernels/x86_avx512_attn.h"
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
+#define RUN          64 /* keys scored per step: 4 registers of 16 */
 
 /* Lane sums of 16 registers: lane j of the result is the sum of r[j]'s lanes. */
 FORCE_INLINE __m512 hsum_16x16(const __m512 *r) {
@@ -41,122 +43,204 @@ FORCE_INLINE __m512 hsum_16x16(const __m512 *r) {
     return _mm512_permutexvar_ps(order, sum);
 }
 
-/* Mask of the c-th 16-float chunk of a dim-float row. */
-FORCE_INLINE __mmask16 chunk_mask(int64_t dim, int64_t c) {
-    int64_t rest = dim - c * 16;
-    return (__mmask16)(rest >= 16 ? 0xffff : (1u << rest) - 1);
+/* e^x in every lane (Cephes' expf: x = n ln2 + r, a degree-7 polynomial for e^r, within 2 ulp).
+ * x below -104 gives +0 (so -inf does), above 88.7 +inf. */
+FORCE_INLINE __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_set1_ps(88.8f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    /* 2^n in two halves, so that results among the subnormals never flush. */
+    __m512i ni = _mm512_cvtps_epi32(n);
+    __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+    __m512 s1 =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(127)), 23));
+    __m512 s2 =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
 }
 
-/* Scores of 16 keys starting at keys (nj of them valid; the others load as zeros). With
- * full = true every key is valid and every chunk whole (dim a multiple of 16): no masks. */
-FORCE_INLINE __m512 scores_16(const __m512 *qc, const float *keys, int64_t stride, int64_t dim,
-                              int64_t n_chunks, int64_t nj, bool full) {
-    __m512 acc[16];
+/* cap * tanh(x / cap), through e = e^(-2|y|): tanh(|y|) = (1 - e) / (1 + e). */
+FORCE_INLINE __m512 softcap16(__m512 x, float cap) {
+    __m512 y = _mm512_mul_ps(x, _mm512_set1_ps(1.0f / cap));
+    __m512 a = _mm512_abs_ps(y);
+    __m512 e = exp16(_mm512_mul_ps(a, _mm512_set1_ps(-2.0f)));
+    __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), e),
+                             _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    /* give t the sign of y */
+    t = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(t),
+        _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32((int)0x80000000u))));
+    return _mm512_mul_ps(t, _mm512_set1_ps(cap));
+}
+
+/* out[0..16) = q . keys[j * stride] for 16 keys (nj of them valid; the others load as zeros and
+ * are not stored), NC chunks of 16 floats per key. */
+FORCE_INLINE void scores_16(float *out, const float *q, const float *keys, int64_t stride,
+                            int64_t nj, const int NC) {
+    __m512 acc[16], qc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        qc[c] = _mm512_loadu_ps(q + c * 16);
 #pragma GCC unroll 16
     for (int jj = 0; jj < 16; jj++)
         acc[jj] = _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int64_t c = 0; c < n_chunks; c++) {
-        __mmask16 m = chunk_mask(dim, c);
+    /* Key by key (its chunks in order), so that each load is one row pointer plus a constant:
+     * looping over chunks first made GCC keep 16 x NC addresses live and spill them. */
+    if (nj == 16) {
 #pragma GCC unroll 16
         for (int jj = 0; jj < 16; jj++) {
-            const float *kc = keys + jj * stride + c * 16;
-            __m512 k = full ? _mm512_loadu_ps(kc) : _mm512_maskz_loadu_ps(jj < nj ? m : 0, kc);
-            acc[jj] = _mm512_fmadd_ps(qc[c], k, acc[jj]);
+            const float *kp = keys + jj * stride;
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++)
+                acc[jj] = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(kp + c * 16), acc[jj]);
+        }
+    } else {
+        for (int jj = 0; jj < nj; jj++) {
+            const float *kp = keys + jj * stride;
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++)
+                acc[jj] = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(kp + c * 16), acc[jj]);
         }
     }
-    return hsum_16x16(acc);
+    _mm512_mask_storeu_ps(out, (__mmask16)((1u << nj) - 1), hsum_16x16(acc));
 }
 
-FORCE_INLINE void scores_kernel(float *out, const float *q, const float *keys, int64_t stride,
-                                int64_t n_keys, int64_t dim, float scale, int64_t n_chunks) {
-    const __m512 vscale = _mm512_set1_ps(scale);
-    __m512 qc[16];
-#pragma GCC unroll 16
-    for (int64_t c = 0; c < n_chunks; c++)
-        qc[c] = _mm512_maskz_loadu_ps(chunk_mask(dim, c), q + c * 16);
-    int64_t j0 = 0;
-    if (dim % 16 == 0)
-        for (; j0 + 16 <= n_keys; j0 += 16)
-            _mm512_storeu_ps(out + j0, _mm512_mul_ps(scores_16(qc, keys + j0 * stride, stride, dim,
-                                                               n_chunks, 16, true),
-                                                     vscale));
-    for (; j0 < n_keys; j0 += 16) {
-        int64_t nj = n_keys - j0 < 16 ? n_keys - j0 : 16;
-        __m512 sc = scores_16(qc, keys + j0 * stride, stride, dim, n_chunks, nj, false);
-        _mm512_mask_storeu_ps(out + j0, (__mmask16)((1u << nj) - 1), _mm512_mul_ps(sc, vscale));
-    }
-}
-
-void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_t key_stride,
-                           int64_t n_keys, int64_t dim, float scale) {
-    if (dim == 64)
-        scores_kernel(out, q, keys, key_stride, n_keys, 64, scale, 4);
-    else if (dim == 128)
-        scores_kernel(out, q, keys, key_stride, n_keys, 128, scale, 8);
-    else
-        scores_kernel(out, q, keys, key_stride, n_keys, dim, scale, (dim + 15) / 16);
-}
-
-/* n_out (<= 4) outputs of one slice of n_chunks (<= 4) chunks, or one output of up to 16
- * chunks: every accumulator in a register, the outputs' chains independent of each other. */
-FORCE_INLINE void values_kernel(float *out, int64_t out_stride, const float *p, int64_t p_stride,
-                                int64_t n_out, const float *values, int64_t stride, int64_t n,
-                                int64_t dim, int64_t n_chunks) {
-    __m512 acc[4][16];
+/* acc[o] = acc[o] * c[o] + sum_j p[o][j] v_j for NQ outputs of NC chunks (NQ * NC <= 16
+ * accumulators, all in registers), keys in order. */
+FORCE_INLINE void values_nq(float *acc, int64_t dim_v, const float *p, const float *c,
+                            const float *values, int64_t stride, int64_t nk, const int NQ,
+                            const int NC) {
+    __m512 a[4][8];
 #pragma GCC unroll 4
-    for (int o = 0; o < 4; o++)
-#pragma GCC unroll 16
-        for (int c = 0; c < 16; c++)
-            acc[o][c] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-    for (int64_t o = 0; o < n_out; o++)
-#pragma GCC unroll 16
-        for (int64_t c = 0; c < n_chunks; c++)
-            acc[o][c] = _mm512_maskz_loadu_ps(chunk_mask(dim, c), out + o * out_stride + c * 16);
-    for (int64_t j = 0; j < n; j++) {
+    for (int o = 0; o < NQ; o++)
+#pragma GCC unroll 8
+        for (int k = 0; k < NC; k++)
+            a[o][k] =
+                _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim_v + k * 16), _mm512_set1_ps(c[o]));
+    for (int64_t j = 0; j < nk; j++) {
         const float *v = values + j * stride;
-#pragma GCC unroll 16
-        for (int64_t c = 0; c < n_chunks; c++) {
-            __m512 vc = _mm512_maskz_loadu_ps(chunk_mask(dim, c), v + c * 16);
+        __m512 pj[4];
 #pragma GCC unroll 4
-            for (int64_t o = 0; o < n_out; o++)
-                acc[o][c] = _mm512_fmadd_ps(_mm512_set1_ps(p[o * p_stride + j]), vc, acc[o][c]);
+        for (int o = 0; o < NQ; o++)
+            pj[o] = _mm512_set1_ps(p[o * RUN + j]);
+#pragma GCC unroll 8
+        for (int k = 0; k < NC; k++) {
+            __m512 vk = _mm512_loadu_ps(v + k * 16);
+#pragma GCC unroll 4
+            for (int o = 0; o < NQ; o++)
+                a[o][k] = _mm512_fmadd_ps(pj[o], vk, a[o][k]);
         }
     }
 #pragma GCC unroll 4
-    for (int64_t o = 0; o < n_out; o++)
-#pragma GCC unroll 16
-        for (int64_t c = 0; c < n_chunks; c++)
-            _mm512_mask_storeu_ps(out + o * out_stride + c * 16, chunk_mask(dim, c), acc[o][c]);
+    for (int o = 0; o < NQ; o++)
+#pragma GCC unroll 8
+        for (int k = 0; k < NC; k++)
+            _mm512_storeu_ps(acc + o * dim_v + k * 16, a[o][k]);
 }
 
-void fx_attn_values_avx512(float *out, int64_t out_stride, const float *p, int64_t p_stride,
-                           int64_t n_out, const float *values, int64_t value_stride, int64_t n,
-                           int64_t dim) {
-    for (int64_t o = 0; o < n_out; o += 4) {
-        int64_t no = n_out - o < 4 ? n_out - o : 4;
-        float *oo = out + o * out_stride;
-        const float *po = p + o * p_stride;
-        /* Slices of 64 floats (4 chunks) for up to 4 outputs at once; the compile-time shapes
-         * cover head size 64 with 1..4 outputs. */
-        for (int64_t d0 = 0; d0 < dim; d0 += 64) {
-            int64_t slice = dim - d0 < 64 ? dim - d0 : 64;
-            if (slice == 64 && no == 4)
-                values_kernel(oo + d0, out_stride, po, p_stride, 4, values + d0, value_stride, n,
-                              64, 4);
-            else if (slice == 64 && no == 3)
-                values_kernel(oo + d0, out_stride, po, p_stride, 3, values + d0, value_stride, n,
-                              64, 4);
-            else if (slice == 64 && no == 2)
-                values_kernel(oo + d0, out_stride, po, p_stride, 2, values + d0, value_stride, n,
-                              64, 4);
-            else if (slice == 64)
-                values_kernel(oo + d0, out_stride, po, p_stride, 1, values + d0, value_stride, n,
-                              64, 4);
-            else
-                values_kernel(oo + d0, out_stride, po, p_stride, no, values + d0, value_stride, n,
-                              slice, (slice + 15) / 16);
+#define NOINLINE static __attribute__((noinline))
+
+NOINLINE void scores_16_d64(float *out, const float *q, const float *keys, int64_t stride,
+                            int64_t nj) {
+    scores_16(out, q, keys, stride, nj, 4);
+}
+
+NOINLINE void scores_16_d128(float *out, const float *q, const float *keys, int64_t stride,
+                             int64_t nj) {
+    scores_16(out, q, keys, stride, nj, 8);
+}
+
+#define VALUES(NAME, NQ, NC)                                                                       \
+    NOINLINE void NAME(float *acc, int64_t dim_v, const float *p, const float *c,                  \
+                       const float *values, int64_t stride, int64_t nk) {                          \
+        values_nq(acc, dim_v, p, c, values, stride, nk, NQ, NC);                                   \
+    }
+VALUES(values_d64_q1, 1, 4)
+VALUES(values_d64_q2, 2, 4)
+VALUES(values_d64_q3, 3, 4)
+VALUES(values_d64_q4, 4, 4)
+VALUES(values_d128_q1, 1, 8)
+VALUES(values_d128_q2, 2, 8)
+#undef VALUES
+
+typedef void (*values_fn)(float *acc, int64_t dim_v, const float *p, const float *c,
+                          const float *values, int64_t stride, int64_t nk);
+
+/* One run of at most RUN keys for n_q outputs. */
+static void run_keys(float *acc, float *m, float *l, const float *q, int64_t q_stride, int64_t n_q,
+                     const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                     int64_t nk, int64_t dim, float scale, float softcap) {
+    float p[4 * RUN] __attribute__((aligned(64)));
+    float c[4];
+    int ng = (int)((nk + 15) / 16);
+    for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
+        int64_t nq = n_q - o0 < 4 ? n_q - o0 : 4;
+        for (int64_t o = 0; o < nq; o++) {
+            float *po = p + o * RUN;
+            __m512 vmax = _mm512_set1_ps(-INFINITY);
+            for (int g = 0; g < ng; g++) {
+                int64_t nj = nk - g * 16 < 16 ? nk - g * 16 : 16;
+                if (dim == 64)
+                    scores_16_d64(po + g * 16, q + (o0 + o) * q_stride, keys + g * 16 * k_stride,
+                                  k_stride, nj);
+                else
+                    scores_16_d128(po + g * 16, q + (o0 + o) * q_stride, keys + g * 16 * k_stride,
+                                   k_stride, nj);
+                __m512 sg = _mm512_mul_ps(_mm512_load_ps(po + g * 16), _mm512_set1_ps(scale));
+                if (softcap > 0.0f)
+                    sg = softcap16(sg, softcap);
+                sg = _mm512_mask_blend_ps((__mmask16)((1u << nj) - 1), _mm512_set1_ps(-INFINITY),
+                                          sg);
+                vmax = _mm512_max_ps(vmax, sg);
+                _mm512_store_ps(po + g * 16, sg);
+            }
+            float run_max = _mm512_reduce_max_ps(vmax);
+            float *mo = m + o0 + o, m_new = *mo > run_max ? *mo : run_max;
+            __m512 vsum = _mm512_setzero_ps();
+            for (int g = 0; g < ng; g++) {
+                __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(po + g * 16), _mm512_set1_ps(m_new)));
+                vsum = _mm512_add_ps(vsum, e);
+                _mm512_store_ps(po + g * 16, e);
+            }
+            c[o] = expf(*mo - m_new);
+            l[o0 + o] = l[o0 + o] * c[o] + _mm512_reduce_add_ps(vsum);
+            *mo = m_new;
         }
+        /* Values: outputs in groups that keep every accumulator in a register. */
+        float *ao = acc + o0 * dim;
+        if (dim == 64) {
+            static const values_fn by_nq[5] = {NULL, values_d64_q1, values_d64_q2, values_d64_q3,
+                                               values_d64_q4};
+            by_nq[nq](ao, dim, p, c, values, v_stride, nk);
+        } else {
+            for (int64_t o = 0; o < nq; o += 2)
+                (nq - o >= 2 ? values_d128_q2 : values_d128_q1)(ao + o * dim, dim, p + o * RUN,
+                                                                c + o, values, v_stride, nk);
+        }
+    }
+}
+
+void fx_attn_run_avx512(float *acc, float *m, float *l, const float *q, int64_t q_stride,
+                        int64_t n_q, const float *keys, int64_t k_stride, const float *values,
+                        int64_t v_stride, int64_t n_keys, int64_t dim_k, int64_t dim_v, float scale,
+                        float softcap) {
+    if (!(dim_k == dim_v && (dim_k == 64 || dim_k == 128))) {
+        fx_attn_run_generic(acc, m, l, q, q_stride, n_q, keys, k_stride, values, v_stride, n_keys,
+                            dim_k, dim_v, scale, softcap);
+        return;
+    }
+    for (int64_t j0 = 0; j0 < n_keys; j0 += RUN) {
+        int64_t nk = n_keys - j0 < RUN ? n_keys - j0 : RUN;
+        run_keys(acc, m, l, q, q_stride, n_q, keys + j0 * k_stride, k_stride,
+                 values + j0 * v_stride, v_stride, nk, dim_k, scale, softcap);
     }
 }

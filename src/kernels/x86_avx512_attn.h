@@ -4,11 +4,9 @@
 
 #include <stdint.h>
 
-void fx_attn_scores_avx512(float *out, const float *q, const float *keys, int64_t key_stride,
-                           int64_t n_keys, int64_t dim, float scale);
-
-void fx_attn_values_avx512(float *out, int64_t out_stride, const float *p, int64_t p_stride,
-                           int64_t n_out, const float *values, int64_t value_stride, int64_t n,
-                           int64_t dim);
+void fx_attn_run_avx512(float *acc, float *m, float *l, const float *q, int64_t q_stride,
+                        int64_t n_q, const float *keys, int64_t k_stride, const float *values,
+                        int64_t v_stride, int64_t n_keys, int64_t dim_k, int64_t dim_v, float scale,
+                        float softcap);
 
 #endif
