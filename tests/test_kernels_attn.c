@@ -1,6 +1,7 @@
-/* kernels: attention (attn_run / attn_finish), in every table this CPU runs, against a float64
- * softmax attention, and the contract that an output's bits depend only on its query and on the
- * runs its keys are fed in (not on which other outputs share the call). */
+/* kernels: attention (fx_attn_begin / attn_run / attn_finish), in every table this CPU runs,
+ * against a float64 softmax attention, and the contract that an output's bits depend only on its
+ * query, its keys and the runs they are fed in (not on which other queries share the state, nor
+ * on the keys those see). */
 #include "fx_test.h"
 
 #include <math.h>
@@ -11,7 +12,7 @@
 
 static const char *const tables[] = {"generic", "avx2", "avx512"};
 
-enum { N_KEYS = 150, MAX_DIM = 128, N_Q = 4 };
+enum { N_KEYS = 150, MAX_DIM = 128, N_Q = 40 };
 
 struct case_data {
     float q[N_Q][MAX_DIM];
@@ -20,21 +21,65 @@ struct case_data {
     float sinks[N_Q];
 };
 
-/* Runs of at most `run` keys cut at multiples of run, as the decoder feeds them. */
-static void attend(const struct fx_kernels *k, const struct case_data *d, int n_q, int first,
-                   int n_keys, int dim, int run, float softcap, bool sinks, float *out) {
-    float acc[N_Q * MAX_DIM] = {0}, m[N_Q], l[N_Q];
-    for (int o = 0; o < n_q; o++) {
-        m[o] = -INFINITY;
-        l[o] = 0.0f;
+/* Queries q0 .. q0 + n_rows * group - 1 as n_rows rows of `group` heads; row r sees keys
+ * lo[r] .. hi[r] (absolute) of the first n_keys, fed in runs cut at multiples of FX_ATTN_RUN as
+ * the decoder feeds them. out: [n_rows * group][MAX_DIM]. */
+static void attend(const struct fx_kernels *k, const struct case_data *d, int q0, int n_rows,
+                   int group, const int *lo, const int *hi, int dim, float softcap, bool sinks,
+                   float *out) {
+    int64_t floats = fx_attn_state_floats(n_rows * group, dim, dim);
+    float *mem = aligned_alloc(64, (size_t)(floats * (int64_t)sizeof(float) + 63) / 64 * 64);
+    assert_non_null(mem);
+    /* the decoder's layout: a row's heads side by side, dim floats each */
+    static float q[N_Q * MAX_DIM];
+    for (int o = 0; o < n_rows * group; o++)
+        memcpy(q + o * dim, d->q[q0 + o], sizeof(float) * (size_t)dim);
+    struct fx_attn_state st;
+    fx_attn_begin(&st, mem, q, group * dim, n_rows, group, dim, dim);
+    for (int t0 = 0; t0 < N_KEYS; t0 += FX_ATTN_RUN) {
+        int32_t first[N_Q], last[N_Q], n_keys = 0;
+        for (int r = 0; r < n_rows; r++) {
+            first[r] = (lo[r] > t0 ? lo[r] : t0) - t0;
+            last[r] = (hi[r] < t0 + FX_ATTN_RUN - 1 ? hi[r] : t0 + FX_ATTN_RUN - 1) - t0;
+            if (first[r] <= last[r] && last[r] + 1 > n_keys)
+                n_keys = last[r] + 1;
+        }
+        if (n_keys)
+            k->attn_run(&st, first, last, d->keys[t0], MAX_DIM, d->values[t0], MAX_DIM, n_keys,
+                        0.125f, softcap);
     }
-    for (int t0 = 0; t0 < n_keys;) {
-        int next = (t0 / run + 1) * run, t1 = next < n_keys ? next : n_keys;
-        k->attn_run(acc, m, l, d->q[first], MAX_DIM, n_q, d->keys[t0], MAX_DIM, d->values[t0],
-                    MAX_DIM, t1 - t0, dim, dim, 0.125f, softcap);
-        t0 = next;
+    for (int r = 0; r < n_rows; r++)
+        k->attn_finish(out + r * group * MAX_DIM, MAX_DIM, st.acc + r * group * dim,
+                       st.m + r * group, st.l + r * group, sinks ? d->sinks + q0 + r * group : NULL,
+                       group, dim);
+    free(mem);
+}
+
+/* Query o's output against a float64 softmax over keys lo .. hi. */
+static void check_float64(const struct case_data *d, const char *table, int o, int lo, int hi,
+                          int dim, float softcap, bool sinks, const float *out) {
+    double s[N_KEYS], top = sinks ? d->sinks[o] : -INFINITY, den = 0.0;
+    for (int j = lo; j <= hi; j++) {
+        double dot = 0.0;
+        for (int i = 0; i < dim; i++)
+            dot += (double)d->q[o][i] * d->keys[j][i];
+        s[j] = 0.125 * dot;
+        if (softcap > 0.0f)
+            s[j] = softcap * tanh(s[j] / softcap);
+        top = fmax(top, s[j]);
     }
-    k->attn_finish(out, MAX_DIM, acc, m, l, sinks ? d->sinks + first : NULL, n_q, dim);
+    for (int j = lo; j <= hi; j++)
+        den += exp(s[j] - top);
+    if (sinks)
+        den += exp(d->sinks[o] - top);
+    for (int i = 0; i < dim; i++) {
+        double ref = 0.0;
+        for (int j = lo; j <= hi; j++)
+            ref += exp(s[j] - top) / den * d->values[j][i];
+        if (fabs(out[i] - ref) > 2e-5)
+            fail_msg("%s dim %d keys %d..%d output %d [%d]: %g, float64 %g", table, dim, lo, hi,
+                     o, i, out[i], ref);
+    }
 }
 
 FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
@@ -52,47 +97,38 @@ FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
         }
     static const int dims[] = {64, 128, 80, 8};
     static const int lengths[] = {1, 15, 64, 65, 150};
+    /* (rows, heads per row): 40 queries as the decoder groups them, and one query alone */
+    static const int shapes[][2] = {{5, 8}, {8, 5}, {20, 2}, {40, 1}};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         const struct fx_kernels *k = fx_kernels_named(tables[t]);
         if (!k)
             continue;
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
             for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
-                for (int variant = 0; variant < 3; variant++) {
-                    int dim = dims[di], n = lengths[li];
-                    float softcap = variant == 1 ? 5.0f : 0.0f;
-                    bool sinks = variant == 2;
-                    static float all[N_Q][MAX_DIM], one[N_Q][MAX_DIM];
-                    attend(k, &d, N_Q, 0, n, dim, 64, softcap, sinks, all[0]);
-                    for (int o = 0; o < N_Q; o++) {
-                        attend(k, &d, 1, o, n, dim, 64, softcap, sinks, one[o]);
-                        assert_memory_equal(one[o], all[o], sizeof(float) * (size_t)dim);
-                        /* float64 reference */
-                        double s[N_KEYS], top = sinks ? d.sinks[o] : -INFINITY, den = 0.0;
-                        for (int j = 0; j < n; j++) {
-                            double dot = 0.0;
-                            for (int i = 0; i < dim; i++)
-                                dot += (double)d.q[o][i] * d.keys[j][i];
-                            s[j] = 0.125 * dot;
-                            if (softcap > 0.0f)
-                                s[j] = softcap * tanh(s[j] / softcap);
-                            top = fmax(top, s[j]);
+                for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                    for (int variant = 0; variant < 3; variant++) {
+                        int dim = dims[di], n = lengths[li];
+                        int n_rows = shapes[si][0], group = shapes[si][1];
+                        float softcap = variant == 1 ? 5.0f : 0.0f;
+                        bool sinks = variant == 2;
+                        /* Rows see different keys: causal ends, some sliding-window starts,
+                         * and (when n is short) some none at all. */
+                        int lo[N_Q], hi[N_Q];
+                        for (int r = 0; r < n_rows; r++) {
+                            hi[r] = n - 1 - (r * 7) % 11;
+                            lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
                         }
-                        for (int j = 0; j < n; j++)
-                            den += exp(s[j] - top);
-                        if (sinks)
-                            den += exp(d.sinks[o] - top);
-                        for (int i = 0; i < dim; i++) {
-                            double ref = 0.0;
-                            for (int j = 0; j < n; j++)
-                                ref += exp(s[j] - top) / den * d.values[j][i];
-                            if (fabs(all[o][i] - ref) > 2e-5)
-                                fail_msg("%s dim %d n %d variant %d output %d [%d]: %g, float64 "
-                                         "%g",
-                                         k->name, dim, n, variant, o, i, all[o][i], ref);
+                        static float all[N_Q][MAX_DIM], one[MAX_DIM];
+                        attend(k, &d, 0, n_rows, group, lo, hi, dim, softcap, sinks, all[0]);
+                        for (int o = 0; o < N_Q; o++) {
+                            int r = o / group;
+                            attend(k, &d, o, 1, 1, &lo[r], &hi[r], dim, softcap, sinks, one);
+                            assert_memory_equal(one, all[o], sizeof(float) * (size_t)dim);
+                            if (lo[r] <= hi[r])
+                                check_float64(&d, k->name, o, lo[r], hi[r], dim, softcap, sinks,
+                                              all[o]);
                         }
                     }
-                }
     }
 }
 

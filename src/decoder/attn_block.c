@@ -53,17 +53,13 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     }
 }
 
-/* Keys are fed to the attention kernel in runs cut at multiples of this many absolute
- * positions, for every row whatever its batch: a row's arithmetic then depends only on its own
- * query and keys, so batched, chunked and single-token steps give the same bits. (The kernels
- * take runs of up to 64 keys in one step.) */
-#define ATT_RUN 64
-
 /* Attention of the query heads that share KV head g, for a block of rows (online softmax).
- * The block's keys go by run, and within a run every row of the block takes its part, so that
- * a run's keys and values are read from memory once for the whole block and then from L1;
- * each row still sees its own keys in the same runs as it would alone. state: the worker's
- * running sums, per row [group][head_dim_v] + 2 [group]. */
+ * Keys are fed to the kernel in runs cut at multiples of FX_ATTN_RUN absolute positions, for
+ * every row whatever its batch: a row's arithmetic then depends only on its own query and
+ * keys, so batched, chunked and single-token steps give the same bits. Each run goes to the
+ * kernel once for the whole block (its keys and values read from memory once, then from L1),
+ * every row seeing its own part of it. The block's rows are one sequence's, so they share the
+ * cache. state: the worker's fx_attn_state memory. */
 static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
                          int64_t i0, int64_t n, float *state) {
     const struct fx_kernels *k = ctx->k;
@@ -71,39 +67,34 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     const struct fx_layer *l = &ctx->model->layers[il];
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
     int group = hp->n_head / hp->n_head_kv;
-    int64_t per_row = group * hd_v + 2 * group;
+    struct fx_attn_state st;
+    fx_attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
+                  hp->n_head * hd, n, group, hd, hd_v);
     int32_t lo[FX_ATT_BLOCK_ROWS], pos[FX_ATT_BLOCK_ROWS], lo_min = INT32_MAX, pos_max = -1;
     for (int64_t r = 0; r < n; r++) {
-        float *acc = state + r * per_row, *m = acc + group * hd_v, *sum = m + group;
-        for (int64_t o = 0; o < group * hd_v; o++)
-            acc[o] = 0.0f;
-        for (int o = 0; o < group; o++) {
-            m[o] = -INFINITY;
-            sum[o] = 0.0f;
-        }
         pos[r] = fx_kv_step_pos(&c->kv, i0 + r);
         lo[r] = l->swa && pos[r] >= hp->n_swa ? pos[r] - hp->n_swa + 1 : 0;
         lo_min = lo[r] < lo_min ? lo[r] : lo_min;
         pos_max = pos[r] > pos_max ? pos[r] : pos_max;
     }
     int64_t k_stride = fx_kv_step_k_stride(&c->kv, i0), v_stride = fx_kv_step_v_stride(&c->kv, i0);
-    for (int32_t t0 = lo_min / ATT_RUN * ATT_RUN; t0 <= pos_max; t0 += ATT_RUN) {
-        for (int64_t r = 0; r < n; r++) {
-            int32_t j0 = t0 > lo[r] ? t0 : lo[r];
-            int32_t j1 = t0 + ATT_RUN - 1 < pos[r] ? t0 + ATT_RUN - 1 : pos[r];
-            if (j0 > j1)
-                continue;
-            float *acc = state + r * per_row, *m = acc + group * hd_v, *sum = m + group;
-            const float *q = ctx->s.q + (i0 + r) * hp->n_head * hd + (int64_t)g * group * hd;
-            k->attn_run(acc, m, sum, q, hd, group, fx_kv_step_k(&c->kv, il, i0 + r, g, j0),
-                        k_stride, fx_kv_step_v(&c->kv, il, i0 + r, g, j0), v_stride, j1 - j0 + 1,
-                        hd, hd_v, hp->attn_scale, hp->attn_softcap);
+    for (int32_t t0 = lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
+        int32_t first[FX_ATT_BLOCK_ROWS], last[FX_ATT_BLOCK_ROWS], n_keys = 0;
+        for (int64_t r = 0; r < n; r++) { /* this run's keys row r sees, from t0 */
+            first[r] = (t0 > lo[r] ? t0 : lo[r]) - t0;
+            last[r] = (t0 + FX_ATTN_RUN - 1 < pos[r] ? t0 + FX_ATTN_RUN - 1 : pos[r]) - t0;
+            if (first[r] <= last[r] && last[r] + 1 > n_keys)
+                n_keys = last[r] + 1;
         }
+        if (n_keys > 0)
+            k->attn_run(&st, first, last, fx_kv_step_k(&c->kv, il, i0, g, t0), k_stride,
+                        fx_kv_step_v(&c->kv, il, i0, g, t0), v_stride, n_keys, hp->attn_scale,
+                        hp->attn_softcap);
     }
     for (int64_t r = 0; r < n; r++) {
-        float *acc = state + r * per_row, *m = acc + group * hd_v, *sum = m + group;
         float *out = ctx->s.att + (i0 + r) * hp->n_head * hd_v + (int64_t)g * group * hd_v;
-        k->attn_finish(out, hd_v, acc, m, sum, l->sinks ? l->sinks + g * group : NULL, group, hd_v);
+        k->attn_finish(out, hd_v, st.acc + r * group * hd_v, st.m + r * group, st.l + r * group,
+                       l->sinks ? l->sinks + g * group : NULL, group, hd_v);
     }
 }
 

@@ -160,7 +160,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     ctx->n_batch = p.n_batch;
     ctx->n_ffn_rows = p.n_batch * (hp->n_expert_used > 0 ? hp->n_expert_used : 1);
     int64_t group = hp->n_head / hp->n_head_kv;
-    ctx->attn_state_per_worker = FX_ATT_BLOCK_ROWS * (group * hp->head_dim_v + 2 * group);
+    ctx->attn_state_per_worker =
+        fx_attn_state_floats(FX_ATT_BLOCK_ROWS * group, hp->head_dim, hp->head_dim_v);
     const char *dump = getenv("FERROX_DUMP");
     ctx->dump_dir = dump && *dump ? dump : NULL;
 

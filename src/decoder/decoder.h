@@ -36,8 +36,8 @@ struct fx_scratch {
     float *h;          /* [n_batch][n_embd] a block's output before the residual add */
     float *gate;       /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
     float *up;         /* [n_ffn_rows][n_ff_max] */
-    float *attn_state; /* [n_threads][attn_state_per_worker]: running attention sums of a block
-                        * of rows per worker, [FX_ATT_BLOCK_ROWS][group * head_dim_v + 2 group] */
+    float *attn_state; /* [n_threads][attn_state_per_worker]: each worker's struct
+                        * fx_attn_state memory for a block of FX_ATT_BLOCK_ROWS rows */
     /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
      * it does not use, and for F32, which reads the f32 rows directly):
      * [n_ffn_rows][act_row_bytes[type]]. */

@@ -1,49 +1,76 @@
-/* Attention with an online softmax (kernels.h, attn_run / attn_finish): the plain C reference.
- * Each key's score is a dot product summed in element order; the values are accumulated in key
- * order, each step a multiply and an add. */
+/* Attention with an online softmax (kernels.h, fx_attn_begin / attn_run / attn_finish): the
+ * state every table shares, and the plain C reference, query by query. Each key's score is a
+ * dot product summed in element order; the values are accumulated in key order, each step a
+ * multiply and an add. */
 #include <math.h>
 
 #include "kernels/generic.h"
 
-/* The most keys one run may hold: the decoder's runs are at most 64. */
-#define MAX_RUN 256
+int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v) {
+    int64_t n_pad = (n_q + 15) / 16 * 16;
+    return n_pad * (dim_k + 3 + FX_ATTN_RUN) + (n_q * dim_v + 15) / 16 * 16;
+}
 
-void fx_attn_run_generic(float *acc, float *m, float *l, const float *q, int64_t q_stride,
-                         int64_t n_q, const float *keys, int64_t k_stride, const float *values,
-                         int64_t v_stride, int64_t n_keys, int64_t dim_k, int64_t dim_v,
-                         float scale, float softcap) {
-    for (int64_t j0 = 0; j0 < n_keys; j0 += MAX_RUN) {
-        int64_t nk = n_keys - j0 < MAX_RUN ? n_keys - j0 : MAX_RUN;
-        for (int64_t o = 0; o < n_q; o++) {
-            float s[MAX_RUN];
-            float run_max = -INFINITY;
-            for (int64_t j = 0; j < nk; j++) {
-                const float *k = keys + (j0 + j) * k_stride;
-                float dot = 0.0f;
-                for (int64_t i = 0; i < dim_k; i++)
-                    dot += q[o * q_stride + i] * k[i];
-                s[j] = dot * scale;
-                if (softcap > 0.0f)
-                    s[j] = softcap * tanhf(s[j] / softcap);
-                if (s[j] > run_max)
-                    run_max = s[j];
-            }
-            float m_new = m[o] > run_max ? m[o] : run_max;
-            float c = expf(m[o] - m_new); /* 0 for the first run (m = -inf) */
-            float *a = acc + o * dim_v;
-            float sum = 0.0f;
-            for (int64_t i = 0; i < dim_v; i++)
-                a[i] *= c;
-            for (int64_t j = 0; j < nk; j++) {
-                float p = expf(s[j] - m_new);
-                sum += p;
-                const float *v = values + (j0 + j) * v_stride;
-                for (int64_t i = 0; i < dim_v; i++)
-                    a[i] += p * v[i];
-            }
-            l[o] = l[o] * c + sum;
-            m[o] = m_new;
+void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
+                   int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v) {
+    int64_t n_q = n_rows * group, n_pad = (n_q + 15) / 16 * 16;
+    *st = (struct fx_attn_state){
+        .n_rows = n_rows, .group = group, .n_q = n_q, .n_pad = n_pad, .dim_k = dim_k, .dim_v = dim_v};
+    /* Every array starts at a multiple of 16 floats: lanes of 16 queries load aligned. */
+    st->qt = mem;
+    st->p = st->qt + dim_k * n_pad;
+    st->m = st->p + FX_ATTN_RUN * n_pad;
+    st->l = st->m + n_pad;
+    st->c = st->l + n_pad;
+    st->acc = st->c + n_pad;
+    for (int64_t i = 0; i < dim_k; i++)
+        for (int64_t o = 0; o < n_pad; o++)
+            st->qt[i * n_pad + o] =
+                o < n_q ? q[o / group * q_row_stride + o % group * dim_k + i] : 0.0f;
+    for (int64_t o = 0; o < n_pad; o++) {
+        st->m[o] = -INFINITY;
+        st->l[o] = 0.0f;
+    }
+    for (int64_t i = 0; i < n_q * dim_v; i++)
+        st->acc[i] = 0.0f;
+}
+
+void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                         const float *keys, int64_t k_stride, const float *values,
+                         int64_t v_stride, int64_t n_keys, float scale, float softcap) {
+    (void)n_keys; /* every row's keys lie within it */
+    for (int64_t o = 0; o < st->n_q; o++) {
+        int64_t r = o / st->group, j0 = first[r], j1 = last[r];
+        if (j0 > j1)
+            continue;
+        float s[FX_ATTN_RUN];
+        float run_max = -INFINITY;
+        for (int64_t j = j0; j <= j1; j++) {
+            const float *k = keys + j * k_stride;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < st->dim_k; i++)
+                dot += st->qt[i * st->n_pad + o] * k[i];
+            s[j - j0] = dot * scale;
+            if (softcap > 0.0f)
+                s[j - j0] = softcap * tanhf(s[j - j0] / softcap);
+            if (s[j - j0] > run_max)
+                run_max = s[j - j0];
         }
+        float m_new = st->m[o] > run_max ? st->m[o] : run_max;
+        float c = expf(st->m[o] - m_new); /* 0 for the first run (m = -inf) */
+        float *a = st->acc + o * st->dim_v;
+        float sum = 0.0f;
+        for (int64_t i = 0; i < st->dim_v; i++)
+            a[i] *= c;
+        for (int64_t j = j0; j <= j1; j++) {
+            float p = expf(s[j - j0] - m_new);
+            sum += p;
+            const float *v = values + j * v_stride;
+            for (int64_t i = 0; i < st->dim_v; i++)
+                a[i] += p * v[i];
+        }
+        st->l[o] = st->l[o] * c + sum;
+        st->m[o] = m_new;
     }
 }
 

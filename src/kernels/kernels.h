@@ -106,6 +106,29 @@ enum fx_rope_mode {
     FX_ROPE_NEOX,   /* rotates (x[i], x[i + n_dims/2]) (qwen, gemma, gpt-oss) */
 };
 
+/* Keys reach attn_run in runs of at most this many (the decoder cuts runs at its multiples). */
+#define FX_ATTN_RUN 64
+
+/* Running sums of an online-softmax attention for n_rows rows of `group` query heads that share
+ * one KV head; query o = r * group + h is head h of row r. Lanes: n_pad is n_q rounded up to
+ * 16, so a vector of 16 floats holds one value of 16 queries. */
+struct fx_attn_state {
+    int64_t n_rows, group, n_q, n_pad, dim_k, dim_v;
+    float *qt;  /* [dim_k][n_pad] the queries, transposed (padding lanes 0) */
+    float *acc; /* [n_q][dim_v] sum of weights times values */
+    float *m;   /* [n_pad] largest score so far (-INFINITY before any key) */
+    float *l;   /* [n_pad] sum of weights */
+    float *c;   /* [n_pad] the latest run's rescale of acc and l */
+    float *p;   /* [FX_ATTN_RUN][n_pad] one run's scores, then weights */
+};
+
+/* Floats of memory an attention state of n_q queries needs (a multiple of 16). */
+int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v);
+/* Lays out st in mem (fx_attn_state_floats floats, 64-byte aligned) and starts it: the queries
+ * of row r, head h at q + r * q_row_stride + h * dim_k; no keys seen. */
+void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
+                   int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v);
+
 struct fx_kernels {
     const char *name; /* "generic", "avx2", "avx512" */
     struct fx_type_ops types[FX_TYPE_COUNT];
@@ -134,18 +157,18 @@ struct fx_kernels {
     void (*add)(float *out, const float *a, const float *b, int64_t n); /* out may be a or b */
     void (*scale)(float *out, const float *x, float s, int64_t n);      /* out may be x */
     void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
-    /* Attention, one run of consecutive keys at a time (online softmax), for the n_q query
-     * heads that share one KV head. The state of output o is a running maximum m[o], a running
-     * sum l[o] and an accumulator acc[o * dim_v ..] (start: -INFINITY, 0, zeros). For keys
-     * j = 0 .. n_keys - 1 (at keys + j * k_stride, values + j * v_stride):
+    /* Attention, one run of consecutive keys at a time (online softmax), for the queries of a
+     * struct fx_attn_state (fx_attn_begin). Row r's queries see keys first[r] .. last[r] of the
+     * run (none when first[r] > last[r]); for each query o and the keys j it sees (at
+     * keys + j * k_stride, values + j * v_stride):
      *   s_j = scale * (q_o . k_j), then s_j = softcap * tanh(s_j / softcap) when softcap > 0
      *   m' = max(m, max_j s_j);  c = e^(m - m');  p_j = e^(s_j - m')
      *   l = l * c + sum_j p_j;   acc = acc * c + sum_j p_j v_j  (keys in order)
-     * A caller that feeds a row's keys in the same runs always gets the same bits, whatever it
-     * computes around them (the decoder cuts runs at fixed absolute positions). */
-    void (*attn_run)(float *acc, float *m, float *l, const float *q, int64_t q_stride, int64_t n_q,
+     * A query whose keys come in the same runs always gets the same bits, whatever the other
+     * queries of the state see (the decoder cuts runs at fixed absolute positions). */
+    void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                      const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
-                     int64_t n_keys, int64_t dim_k, int64_t dim_v, float scale, float softcap);
+                     int64_t n_keys, float scale, float softcap);
     /* out[o * out_stride ..] = acc_o / (l_o + e^(sink_o - m_o)), sinks NULL for none (the sink
      * is a logit that joins the denominator only). An output that saw no key is zeros. */
     void (*attn_finish)(float *out, int64_t out_stride, const float *acc, const float *m,

@@ -1,16 +1,17 @@
-/* Attention with AVX-512 (kernels.h, attn_run / attn_finish), online softmax.
+/* Attention with AVX-512 (kernels.h, attn_run), online softmax, one query per lane.
  *
- * Scores: 16 keys at a time, each key's dot product accumulated in its own register (fused
- * multiply-adds over the head's 16-float chunks in order), then the 16 registers reduced
- * together by a transposing tree. Every key goes through the same operations whatever its place
- * among the 16, and missing keys of a last group are zeros that never mix with the others, so a
- * key's score does not depend on how a run is grouped.
- * Values: each output's accumulator stays in registers while the value rows stream by, one
- * fused multiply-add per key and chunk, keys in order; outputs that share the value rows are
- * done together (independent chains), which changes no output's arithmetic.
+ * Scores: the state keeps the queries transposed (qt[i][o]), so 16 queries' scores for key j
+ * are bcast(k_j[i]) * qt[i][16 queries] summed over i = 0 .. dim - 1 in order: each query's
+ * dot product is its own lane's chain of fused multiply-adds, the same whichever queries share
+ * the vector, and no horizontal sums are needed. Blocks of keys (16 keys of one vector of
+ * queries, or 8 keys of two) keep 16 independent chains going.
+ * Softmax: lane by lane, keys in order. A key a query does not see scores -inf, so its weight
+ * is +0, and adding +0 changes no sum: a query's bits depend on its own keys and runs only.
+ * Values: each output's accumulators stay in registers while the value rows stream by, one
+ * fused multiply-add per key and chunk, keys in order; up to 24 accumulators (6 queries of
+ * head size 64, 3 of 128) share each load of a value row.
  *
- * Head sizes 64 and 128 get copies with the chunk counts known at compile time (accumulators
- * in registers); other sizes use the generic kernels. */
+ * Head sizes 64 and 128 (with dim_k == dim_v); other sizes use the generic kernel. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -19,29 +20,7 @@
 #include "kernels/x86_avx512_attn.h"
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
-#define RUN          64 /* keys scored per step: 4 registers of 16 */
-
-/* Lane sums of 16 registers: lane j of the result is the sum of r[j]'s lanes. */
-FORCE_INLINE __m512 hsum_16x16(const __m512 *r) {
-    __m512 s[8], t[4], w[2];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) /* [r 128-bit blocks 0,1 | r' blocks 0,1] + [blocks 2,3 | ...] */
-        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0x44),
-                             _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], 0xee));
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) /* one key per 128-bit block */
-        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xdd));
-#pragma GCC unroll 2
-    for (int i = 0; i < 2; i++)
-        w[i] = _mm512_add_ps(_mm512_unpacklo_ps(t[2 * i], t[2 * i + 1]),
-                             _mm512_unpackhi_ps(t[2 * i], t[2 * i + 1]));
-    __m512 sum =
-        _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x44), _mm512_shuffle_ps(w[0], w[1], 0xee));
-    /* Lane 4b + p now holds key b + 4p; put key j in lane j. */
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(order, sum);
-}
+#define NOINLINE     static __attribute__((noinline))
 
 /* e^x in every lane (Cephes' expf: x = n ln2 + r, a degree-7 polynomial for e^r, within 2 ulp).
  * x below -104 gives +0 (so -inf does), above 88.7 +inf. */
@@ -82,165 +61,200 @@ FORCE_INLINE __m512 softcap16(__m512 x, float cap) {
     return _mm512_mul_ps(t, _mm512_set1_ps(cap));
 }
 
-/* out[0..16) = q . keys[j * stride] for 16 keys (nj of them valid; the others load as zeros and
- * are not stored), NC chunks of 16 floats per key. */
-FORCE_INLINE void scores_16(float *out, const float *q, const float *keys, int64_t stride,
-                            int64_t nj, const int NC) {
-    __m512 acc[16], qc[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++)
-        qc[c] = _mm512_loadu_ps(q + c * 16);
+/* p[jj][16 r ..] = the scores of keys jj = 0 .. KB - 1 (at keys + jj * k_stride) for QR
+ * vectors of 16 queries (at qt, rows of n_pad floats), D elements each. */
+FORCE_INLINE void scores_block(float *p, int64_t n_pad, const float *qt, const float *keys,
+                               int64_t k_stride, const int D, const int QR, const int KB) {
+    __m512 acc[16][2];
 #pragma GCC unroll 16
-    for (int jj = 0; jj < 16; jj++)
-        acc[jj] = _mm512_setzero_ps();
-    /* Key by key (its chunks in order), so that each load is one row pointer plus a constant:
-     * looping over chunks first made GCC keep 16 x NC addresses live and spill them. */
-    if (nj == 16) {
+    for (int jj = 0; jj < KB; jj++)
+#pragma GCC unroll 2
+        for (int r = 0; r < QR; r++)
+            acc[jj][r] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int i = 0; i < D; i++) {
+        __m512 q[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < QR; r++)
+            q[r] = _mm512_load_ps(qt + i * n_pad + 16 * r);
 #pragma GCC unroll 16
-        for (int jj = 0; jj < 16; jj++) {
-            const float *kp = keys + jj * stride;
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++)
-                acc[jj] = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(kp + c * 16), acc[jj]);
-        }
-    } else {
-        for (int jj = 0; jj < nj; jj++) {
-            const float *kp = keys + jj * stride;
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++)
-                acc[jj] = _mm512_fmadd_ps(qc[c], _mm512_loadu_ps(kp + c * 16), acc[jj]);
+        for (int jj = 0; jj < KB; jj++) {
+            __m512 k = _mm512_set1_ps(keys[jj * k_stride + i]);
+#pragma GCC unroll 2
+            for (int r = 0; r < QR; r++)
+                acc[jj][r] = _mm512_fmadd_ps(k, q[r], acc[jj][r]);
         }
     }
-    _mm512_mask_storeu_ps(out, (__mmask16)((1u << nj) - 1), hsum_16x16(acc));
+#pragma GCC unroll 16
+    for (int jj = 0; jj < KB; jj++)
+#pragma GCC unroll 2
+        for (int r = 0; r < QR; r++)
+            _mm512_store_ps(p + jj * n_pad + 16 * r, acc[jj][r]);
 }
 
-/* acc[o] = acc[o] * c[o] + sum_j p[o][j] v_j for NQ outputs of NC chunks (NQ * NC <= 16
- * accumulators, all in registers), keys in order. */
-FORCE_INLINE void values_nq(float *acc, int64_t dim_v, const float *p, const float *c,
-                            const float *values, int64_t stride, int64_t nk, const int NQ,
-                            const int NC) {
-    __m512 a[4][8];
-#pragma GCC unroll 4
+typedef void (*scores_fn)(float *p, int64_t n_pad, const float *qt, const float *keys,
+                          int64_t k_stride);
+
+#define SCORES(NAME, D, QR, KB)                                                                    \
+    NOINLINE void NAME(float *p, int64_t n_pad, const float *qt, const float *keys,                \
+                       int64_t k_stride) {                                                         \
+        scores_block(p, n_pad, qt, keys, k_stride, D, QR, KB);                                     \
+    }
+SCORES(scores_d64_r1_k16, 64, 1, 16)
+SCORES(scores_d64_r2_k8, 64, 2, 8)
+SCORES(scores_d64_r1_k1, 64, 1, 1)
+SCORES(scores_d64_r2_k1, 64, 2, 1)
+SCORES(scores_d128_r1_k16, 128, 1, 16)
+SCORES(scores_d128_r2_k8, 128, 2, 8)
+SCORES(scores_d128_r1_k1, 128, 1, 1)
+SCORES(scores_d128_r2_k1, 128, 2, 1)
+#undef SCORES
+
+/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j for NQ outputs of NC chunks of 16 floats, keys
+ * j0 .. j1 in order (p: rows of n_pad floats). */
+FORCE_INLINE void values_tile(float *acc, const float *c, const float *p, int64_t n_pad,
+                              const float *values, int64_t v_stride, int64_t j0, int64_t j1,
+                              const int NQ, const int NC) {
+    __m512 a[6][8];
+#pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
 #pragma GCC unroll 8
         for (int k = 0; k < NC; k++)
-            a[o][k] =
-                _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim_v + k * 16), _mm512_set1_ps(c[o]));
-    for (int64_t j = 0; j < nk; j++) {
-        const float *v = values + j * stride;
-        __m512 pj[4];
-#pragma GCC unroll 4
-        for (int o = 0; o < NQ; o++)
-            pj[o] = _mm512_set1_ps(p[o * RUN + j]);
+            a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + (o * NC + k) * 16), _mm512_set1_ps(c[o]));
+    for (int64_t j = j0; j <= j1; j++) {
+        const float *v = values + j * v_stride, *pj = p + j * n_pad;
 #pragma GCC unroll 8
         for (int k = 0; k < NC; k++) {
             __m512 vk = _mm512_loadu_ps(v + k * 16);
-#pragma GCC unroll 4
+#pragma GCC unroll 6
             for (int o = 0; o < NQ; o++)
-                a[o][k] = _mm512_fmadd_ps(pj[o], vk, a[o][k]);
+                a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(pj[o]), vk, a[o][k]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
 #pragma GCC unroll 8
         for (int k = 0; k < NC; k++)
-            _mm512_storeu_ps(acc + o * dim_v + k * 16, a[o][k]);
+            _mm512_storeu_ps(acc + (o * NC + k) * 16, a[o][k]);
 }
 
-#define NOINLINE static __attribute__((noinline))
-
-NOINLINE void scores_16_d64(float *out, const float *q, const float *keys, int64_t stride,
-                            int64_t nj) {
-    scores_16(out, q, keys, stride, nj, 4);
-}
-
-NOINLINE void scores_16_d128(float *out, const float *q, const float *keys, int64_t stride,
-                             int64_t nj) {
-    scores_16(out, q, keys, stride, nj, 8);
-}
+typedef void (*values_fn)(float *acc, const float *c, const float *p, int64_t n_pad,
+                          const float *values, int64_t v_stride, int64_t j0, int64_t j1);
 
 #define VALUES(NAME, NQ, NC)                                                                       \
-    NOINLINE void NAME(float *acc, int64_t dim_v, const float *p, const float *c,                  \
-                       const float *values, int64_t stride, int64_t nk) {                          \
-        values_nq(acc, dim_v, p, c, values, stride, nk, NQ, NC);                                   \
+    NOINLINE void NAME(float *acc, const float *c, const float *p, int64_t n_pad,                  \
+                       const float *values, int64_t v_stride, int64_t j0, int64_t j1) {            \
+        values_tile(acc, c, p, n_pad, values, v_stride, j0, j1, NQ, NC);                           \
     }
 VALUES(values_d64_q1, 1, 4)
 VALUES(values_d64_q2, 2, 4)
 VALUES(values_d64_q3, 3, 4)
 VALUES(values_d64_q4, 4, 4)
+VALUES(values_d64_q5, 5, 4)
+VALUES(values_d64_q6, 6, 4)
 VALUES(values_d128_q1, 1, 8)
 VALUES(values_d128_q2, 2, 8)
+VALUES(values_d128_q3, 3, 8)
 #undef VALUES
 
-typedef void (*values_fn)(float *acc, int64_t dim_v, const float *p, const float *c,
-                          const float *values, int64_t stride, int64_t nk);
+static const values_fn values_d64[7] = {NULL,          values_d64_q1, values_d64_q2, values_d64_q3,
+                                        values_d64_q4, values_d64_q5, values_d64_q6};
+static const values_fn values_d128[4] = {NULL, values_d128_q1, values_d128_q2, values_d128_q3};
 
-/* One run of at most RUN keys for n_q outputs. */
-static void run_keys(float *acc, float *m, float *l, const float *q, int64_t q_stride, int64_t n_q,
-                     const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
-                     int64_t nk, int64_t dim, float scale, float softcap) {
-    float p[4 * RUN] __attribute__((aligned(64)));
-    float c[4];
-    int ng = (int)((nk + 15) / 16);
-    for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
-        int64_t nq = n_q - o0 < 4 ? n_q - o0 : 4;
-        for (int64_t o = 0; o < nq; o++) {
-            float *po = p + o * RUN;
-            __m512 vmax = _mm512_set1_ps(-INFINITY);
-            for (int g = 0; g < ng; g++) {
-                int64_t nj = nk - g * 16 < 16 ? nk - g * 16 : 16;
-                if (dim == 64)
-                    scores_16_d64(po + g * 16, q + (o0 + o) * q_stride, keys + g * 16 * k_stride,
-                                  k_stride, nj);
-                else
-                    scores_16_d128(po + g * 16, q + (o0 + o) * q_stride, keys + g * 16 * k_stride,
-                                   k_stride, nj);
-                __m512 sg = _mm512_mul_ps(_mm512_load_ps(po + g * 16), _mm512_set1_ps(scale));
-                if (softcap > 0.0f)
-                    sg = softcap16(sg, softcap);
-                sg = _mm512_mask_blend_ps((__mmask16)((1u << nj) - 1), _mm512_set1_ps(-INFINITY),
-                                          sg);
-                vmax = _mm512_max_ps(vmax, sg);
-                _mm512_store_ps(po + g * 16, sg);
-            }
-            float run_max = _mm512_reduce_max_ps(vmax);
-            float *mo = m + o0 + o, m_new = *mo > run_max ? *mo : run_max;
-            __m512 vsum = _mm512_setzero_ps();
-            for (int g = 0; g < ng; g++) {
-                __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(po + g * 16), _mm512_set1_ps(m_new)));
-                vsum = _mm512_add_ps(vsum, e);
-                _mm512_store_ps(po + g * 16, e);
-            }
-            c[o] = expf(*mo - m_new);
-            l[o0 + o] = l[o0 + o] * c[o] + _mm512_reduce_add_ps(vsum);
-            *mo = m_new;
+/* The keys [*j0, *j1] that queries o0 .. o1 - 1 see between them (*j0 > *j1 when none). */
+static void span(const struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                 int64_t o0, int64_t o1, int64_t *j0, int64_t *j1) {
+    *j0 = INT32_MAX, *j1 = -1;
+    for (int64_t r = o0 / st->group; r < st->n_rows && r * st->group < o1; r++)
+        if (first[r] <= last[r]) {
+            *j0 = first[r] < *j0 ? first[r] : *j0;
+            *j1 = last[r] > *j1 ? last[r] : *j1;
         }
-        /* Values: outputs in groups that keep every accumulator in a register. */
-        float *ao = acc + o0 * dim;
-        if (dim == 64) {
-            static const values_fn by_nq[5] = {NULL, values_d64_q1, values_d64_q2, values_d64_q3,
-                                               values_d64_q4};
-            by_nq[nq](ao, dim, p, c, values, v_stride, nk);
-        } else {
-            for (int64_t o = 0; o < nq; o += 2)
-                (nq - o >= 2 ? values_d128_q2 : values_d128_q1)(ao + o * dim, dim, p + o * RUN,
-                                                                c + o, values, v_stride, nk);
-        }
-    }
 }
 
-void fx_attn_run_avx512(float *acc, float *m, float *l, const float *q, int64_t q_stride,
-                        int64_t n_q, const float *keys, int64_t k_stride, const float *values,
-                        int64_t v_stride, int64_t n_keys, int64_t dim_k, int64_t dim_v, float scale,
-                        float softcap) {
-    if (!(dim_k == dim_v && (dim_k == 64 || dim_k == 128))) {
-        fx_attn_run_generic(acc, m, l, q, q_stride, n_q, keys, k_stride, values, v_stride, n_keys,
-                            dim_k, dim_v, scale, softcap);
+/* Softmax of one vector of 16 queries (lanes o0 ..): mask, scale and cap the scores of keys
+ * j0 .. j1, fold the run into m and l, leave the weights in p and the rescale in c. */
+static void softmax_lanes(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                          int64_t o0, int64_t j0, int64_t j1, float scale, float softcap) {
+    int32_t lane_first[16], lane_last[16];
+    for (int64_t i = 0; i < 16; i++) {
+        int64_t o = o0 + i;
+        lane_first[i] = o < st->n_q ? first[o / st->group] : INT32_MAX;
+        lane_last[i] = o < st->n_q ? last[o / st->group] : -1;
+    }
+    __m512i fv = _mm512_loadu_si512(lane_first), lv = _mm512_loadu_si512(lane_last);
+    float *p = st->p + o0;
+    __m512 run_max = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = j0; j <= j1; j++) {
+        __m512i jv = _mm512_set1_epi32((int32_t)j);
+        __mmask16 seen = _mm512_cmple_epi32_mask(fv, jv) & _mm512_cmpge_epi32_mask(lv, jv);
+        __m512 s = _mm512_mul_ps(_mm512_load_ps(p + j * st->n_pad), _mm512_set1_ps(scale));
+        if (softcap > 0.0f)
+            s = softcap16(s, softcap);
+        s = _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
+        run_max = _mm512_max_ps(run_max, s);
+        _mm512_store_ps(p + j * st->n_pad, s);
+    }
+    __m512 m_old = _mm512_load_ps(st->m + o0), m_new = _mm512_max_ps(m_old, run_max);
+    /* A lane that has seen no key yet keeps m = -inf; it subtracts 0 instead, so that its
+     * weights and rescale come out 0 rather than NaN. */
+    __mmask16 live = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    __m512 m_sub = _mm512_maskz_mov_ps(live, m_new);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = j0; j <= j1; j++) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(p + j * st->n_pad), m_sub));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_store_ps(p + j * st->n_pad, e);
+    }
+    __m512 c = exp16(_mm512_sub_ps(m_old, m_sub));
+    _mm512_store_ps(st->c + o0, c);
+    _mm512_store_ps(st->l + o0, _mm512_fmadd_ps(_mm512_load_ps(st->l + o0), c, sum));
+    _mm512_store_ps(st->m + o0, m_new);
+}
+
+void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                        const float *keys, int64_t k_stride, const float *values,
+                        int64_t v_stride, int64_t n_keys, float scale, float softcap) {
+    const int64_t dim = st->dim_k;
+    if (!(dim == st->dim_v && (dim == 64 || dim == 128))) {
+        fx_attn_run_generic(st, first, last, keys, k_stride, values, v_stride, n_keys, scale,
+                            softcap);
         return;
     }
-    for (int64_t j0 = 0; j0 < n_keys; j0 += RUN) {
-        int64_t nk = n_keys - j0 < RUN ? n_keys - j0 : RUN;
-        run_keys(acc, m, l, q, q_stride, n_q, keys + j0 * k_stride, k_stride,
-                 values + j0 * v_stride, v_stride, nk, dim_k, scale, softcap);
+    const bool d64 = dim == 64;
+    /* Scores, two vectors of queries at a time where there are two. */
+    for (int64_t o0 = 0; o0 < st->n_q; o0 += 32) {
+        int qr = st->n_pad - o0 >= 32 ? 2 : 1;
+        int64_t j0, j1;
+        span(st, first, last, o0, o0 + 16 * qr, &j0, &j1);
+        scores_fn block = qr == 2 ? (d64 ? scores_d64_r2_k8 : scores_d128_r2_k8)
+                                  : (d64 ? scores_d64_r1_k16 : scores_d128_r1_k16);
+        scores_fn single = qr == 2 ? (d64 ? scores_d64_r2_k1 : scores_d128_r2_k1)
+                                   : (d64 ? scores_d64_r1_k1 : scores_d128_r1_k1);
+        int64_t kb = qr == 2 ? 8 : 16, j = j0;
+        for (; j + kb <= j1 + 1; j += kb)
+            block(st->p + j * st->n_pad + o0, st->n_pad, st->qt + o0, keys + j * k_stride,
+                  k_stride);
+        for (; j <= j1; j++)
+            single(st->p + j * st->n_pad + o0, st->n_pad, st->qt + o0, keys + j * k_stride,
+                   k_stride);
     }
+    for (int64_t o0 = 0; o0 < st->n_q; o0 += 16) {
+        int64_t j0, j1;
+        span(st, first, last, o0, o0 + 16, &j0, &j1);
+        if (j0 <= j1)
+            softmax_lanes(st, first, last, o0, j0, j1, scale, softcap);
+    }
+    /* Values: outputs in tiles that keep every accumulator in a register, within one vector
+     * of queries (whose softmax covered every key any of them sees). */
+    const int64_t tile = d64 ? 6 : 3;
+    for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
+        for (int64_t o0 = v0; o0 < v0 + 16 && o0 < st->n_q; o0 += tile) {
+            int64_t end = v0 + 16 < st->n_q ? v0 + 16 : st->n_q;
+            int64_t nq = end - o0 < tile ? end - o0 : tile, j0, j1;
+            span(st, first, last, o0, o0 + nq, &j0, &j1);
+            if (j0 <= j1)
+                (d64 ? values_d64 : values_d128)[nq](st->acc + o0 * dim, st->c + o0, st->p + o0,
+                                                     st->n_pad, values, v_stride, j0, j1);
+        }
 }

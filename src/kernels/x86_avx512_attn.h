@@ -4,9 +4,10 @@
 
 #include <stdint.h>
 
-void fx_attn_run_avx512(float *acc, float *m, float *l, const float *q, int64_t q_stride,
-                        int64_t n_q, const float *keys, int64_t k_stride, const float *values,
-                        int64_t v_stride, int64_t n_keys, int64_t dim_k, int64_t dim_v, float scale,
-                        float softcap);
+#include "kernels/kernels.h"
+
+void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                        const float *keys, int64_t k_stride, const float *values,
+                        int64_t v_stride, int64_t n_keys, float scale, float softcap);
 
 #endif
