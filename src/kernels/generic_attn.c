@@ -23,10 +23,11 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
     st->l = st->m + n_pad;
     st->c = st->l + n_pad;
     st->acc = st->c + n_pad;
-    for (int64_t i = 0; i < dim_k; i++)
-        for (int64_t o = 0; o < n_pad; o++)
-            st->qt[i * n_pad + o] =
-                o < n_q ? q[o / group * q_row_stride + o % group * dim_k + i] : 0.0f;
+    for (int64_t o = 0; o < n_pad; o++) {
+        const float *qo = q + o / group * q_row_stride + o % group * dim_k;
+        for (int64_t i = 0; i < dim_k; i++)
+            st->qt[i * n_pad + o] = o < n_q ? qo[i] : 0.0f;
+    }
     for (int64_t o = 0; o < n_pad; o++) {
         st->m[o] = -INFINITY;
         st->l[o] = 0.0f;

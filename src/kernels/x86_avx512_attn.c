@@ -8,8 +8,8 @@
  * Softmax: lane by lane, keys in order. A key a query does not see scores -inf, so its weight
  * is +0, and adding +0 changes no sum: a query's bits depend on its own keys and runs only.
  * Values: each output's accumulators stay in registers while the value rows stream by, one
- * fused multiply-add per key and chunk, keys in order; up to 24 accumulators (6 queries of
- * head size 64, 3 of 128) share each load of a value row.
+ * fused multiply-add per key and chunk, keys in order; tiles of 6 outputs x 64 elements (24
+ * accumulators) share each load of a value row's 64 elements.
  *
  * Head sizes 64 and 128 (with dim_k == dim_v); other sizes use the generic kernel. */
 #include <immintrin.h>
@@ -110,20 +110,21 @@ SCORES(scores_d128_r1_k1, 128, 1, 1)
 SCORES(scores_d128_r2_k1, 128, 2, 1)
 #undef SCORES
 
-/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j for NQ outputs of NC chunks of 16 floats, keys
- * j0 .. j1 in order (p: rows of n_pad floats). */
-FORCE_INLINE void values_tile(float *acc, const float *c, const float *p, int64_t n_pad,
-                              const float *values, int64_t v_stride, int64_t j0, int64_t j1,
-                              const int NQ, const int NC) {
-    __m512 a[6][8];
+/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats for NQ outputs (rows
+ * of dim floats at acc; the chunks' values at `values`, rows of v_stride floats), keys j0 .. j1
+ * in order (p: rows of n_pad floats). */
+FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p,
+                              int64_t n_pad, const float *values, int64_t v_stride, int64_t j0,
+                              int64_t j1, const int NQ, const int NC) {
+    __m512 a[6][4];
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int k = 0; k < NC; k++)
-            a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + (o * NC + k) * 16), _mm512_set1_ps(c[o]));
+            a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
     for (int64_t j = j0; j <= j1; j++) {
         const float *v = values + j * v_stride, *pj = p + j * n_pad;
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int k = 0; k < NC; k++) {
             __m512 vk = _mm512_loadu_ps(v + k * 16);
 #pragma GCC unroll 6
@@ -133,33 +134,31 @@ FORCE_INLINE void values_tile(float *acc, const float *c, const float *p, int64_
     }
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int k = 0; k < NC; k++)
-            _mm512_storeu_ps(acc + (o * NC + k) * 16, a[o][k]);
+            _mm512_storeu_ps(acc + o * dim + k * 16, a[o][k]);
 }
 
-typedef void (*values_fn)(float *acc, const float *c, const float *p, int64_t n_pad,
+typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t n_pad,
                           const float *values, int64_t v_stride, int64_t j0, int64_t j1);
 
-#define VALUES(NAME, NQ, NC)                                                                       \
-    NOINLINE void NAME(float *acc, const float *c, const float *p, int64_t n_pad,                  \
+/* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
+ * elements serves 6 outputs. */
+#define VALUES(NAME, NQ)                                                                           \
+    NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t n_pad,     \
                        const float *values, int64_t v_stride, int64_t j0, int64_t j1) {            \
-        values_tile(acc, c, p, n_pad, values, v_stride, j0, j1, NQ, NC);                           \
+        values_tile(acc, dim, c, p, n_pad, values, v_stride, j0, j1, NQ, 4);                       \
     }
-VALUES(values_d64_q1, 1, 4)
-VALUES(values_d64_q2, 2, 4)
-VALUES(values_d64_q3, 3, 4)
-VALUES(values_d64_q4, 4, 4)
-VALUES(values_d64_q5, 5, 4)
-VALUES(values_d64_q6, 6, 4)
-VALUES(values_d128_q1, 1, 8)
-VALUES(values_d128_q2, 2, 8)
-VALUES(values_d128_q3, 3, 8)
+VALUES(values_q1, 1)
+VALUES(values_q2, 2)
+VALUES(values_q3, 3)
+VALUES(values_q4, 4)
+VALUES(values_q5, 5)
+VALUES(values_q6, 6)
 #undef VALUES
 
-static const values_fn values_d64[7] = {NULL,          values_d64_q1, values_d64_q2, values_d64_q3,
-                                        values_d64_q4, values_d64_q5, values_d64_q6};
-static const values_fn values_d128[4] = {NULL, values_d128_q1, values_d128_q2, values_d128_q3};
+static const values_fn values_by_nq[7] = {NULL,       values_q1, values_q2, values_q3,
+                                          values_q4, values_q5, values_q6};
 
 /* The keys [*j0, *j1] that queries o0 .. o1 - 1 see between them (*j0 > *j1 when none). */
 static void span(const struct fx_attn_state *st, const int32_t *first, const int32_t *last,
@@ -245,16 +244,17 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
         if (j0 <= j1)
             softmax_lanes(st, first, last, o0, j0, j1, scale, softcap);
     }
-    /* Values: outputs in tiles that keep every accumulator in a register, within one vector
-     * of queries (whose softmax covered every key any of them sees). */
-    const int64_t tile = d64 ? 6 : 3;
-    for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
-        for (int64_t o0 = v0; o0 < v0 + 16 && o0 < st->n_q; o0 += tile) {
-            int64_t end = v0 + 16 < st->n_q ? v0 + 16 : st->n_q;
-            int64_t nq = end - o0 < tile ? end - o0 : tile, j0, j1;
-            span(st, first, last, o0, o0 + nq, &j0, &j1);
-            if (j0 <= j1)
-                (d64 ? values_d64 : values_d128)[nq](st->acc + o0 * dim, st->c + o0, st->p + o0,
-                                                     st->n_pad, values, v_stride, j0, j1);
-        }
+    /* Values: tiles of outputs x 64 elements that keep every accumulator in a register, within
+     * one vector of queries (whose softmax covered every key any of them sees). */
+    for (int64_t v0 = 0; v0 < st->n_q; v0 += 16) {
+        int64_t end = v0 + 16 < st->n_q ? v0 + 16 : st->n_q;
+        for (int64_t e0 = 0; e0 < dim; e0 += 64)
+            for (int64_t o0 = v0; o0 < end; o0 += 6) {
+                int64_t nq = end - o0 < 6 ? end - o0 : 6, j0, j1;
+                span(st, first, last, o0, o0 + nq, &j0, &j1);
+                if (j0 <= j1)
+                    values_by_nq[nq](st->acc + o0 * dim + e0, dim, st->c + o0, st->p + o0,
+                                     st->n_pad, values + e0, v_stride, j0, j1);
+            }
+    }
 }
