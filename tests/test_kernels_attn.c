@@ -77,8 +77,8 @@ static void check_float64(const struct case_data *d, const char *table, int o, i
         for (int j = lo; j <= hi; j++)
             ref += exp(s[j] - top) / den * d->values[j][i];
         if (fabs(out[i] - ref) > 2e-5)
-            fail_msg("%s dim %d keys %d..%d output %d [%d]: %g, float64 %g", table, dim, lo, hi,
-                     o, i, out[i], ref);
+            fail_msg("%s dim %d keys %d..%d output %d [%d]: %g, float64 %g", table, dim, lo, hi, o,
+                     i, out[i], ref);
     }
 }
 

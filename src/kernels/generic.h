@@ -122,8 +122,8 @@ void fx_scale_generic(float *out, const float *x, float s, int64_t n);
 void fx_axpy_generic(float *y, const float *x, float a, int64_t n);
 /* generic_attn.c */
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                         const float *keys, int64_t k_stride, const float *values,
-                         int64_t v_stride, int64_t n_keys, float scale, float softcap);
+                         const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                         int64_t n_keys, float scale, float softcap);
 void fx_attn_finish_generic(float *out, int64_t out_stride, const float *acc, const float *m,
                             const float *l, const float *sinks, int64_t n_q, int64_t dim_v);
 int64_t fx_argmax_generic(const float *x, int64_t n);

@@ -14,8 +14,12 @@ int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v) {
 void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
                    int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v) {
     int64_t n_q = n_rows * group, n_pad = (n_q + 15) / 16 * 16;
-    *st = (struct fx_attn_state){
-        .n_rows = n_rows, .group = group, .n_q = n_q, .n_pad = n_pad, .dim_k = dim_k, .dim_v = dim_v};
+    *st = (struct fx_attn_state){.n_rows = n_rows,
+                                 .group = group,
+                                 .n_q = n_q,
+                                 .n_pad = n_pad,
+                                 .dim_k = dim_k,
+                                 .dim_v = dim_v};
     /* Every array starts at a multiple of 16 floats: lanes of 16 queries load aligned. */
     st->qt = mem;
     st->p = st->qt + dim_k * n_pad;
@@ -37,8 +41,8 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
 }
 
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                         const float *keys, int64_t k_stride, const float *values,
-                         int64_t v_stride, int64_t n_keys, float scale, float softcap) {
+                         const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                         int64_t n_keys, float scale, float softcap) {
     (void)n_keys; /* every row's keys lie within it */
     for (int64_t o = 0; o < st->n_q; o++) {
         int64_t r = o / st->group, j0 = first[r], j1 = last[r];

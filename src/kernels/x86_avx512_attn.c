@@ -157,7 +157,7 @@ VALUES(values_q5, 5)
 VALUES(values_q6, 6)
 #undef VALUES
 
-static const values_fn values_by_nq[7] = {NULL,       values_q1, values_q2, values_q3,
+static const values_fn values_by_nq[7] = {NULL,      values_q1, values_q2, values_q3,
                                           values_q4, values_q5, values_q6};
 
 /* The keys [*j0, *j1] that queries o0 .. o1 - 1 see between them (*j0 > *j1 when none). */
@@ -212,8 +212,8 @@ static void softmax_lanes(struct fx_attn_state *st, const int32_t *first, const 
 }
 
 void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                        const float *keys, int64_t k_stride, const float *values,
-                        int64_t v_stride, int64_t n_keys, float scale, float softcap) {
+                        const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                        int64_t n_keys, float scale, float softcap) {
     const int64_t dim = st->dim_k;
     if (!(dim == st->dim_v && (dim == 64 || dim == 128))) {
         fx_attn_run_generic(st, first, last, keys, k_stride, values, v_stride, n_keys, scale,
