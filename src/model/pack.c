@@ -22,6 +22,7 @@ struct pack_target {
     struct fx_experts *x;
     void *dst;
     uint64_t stride;
+    int64_t first_item, n_items; /* its items in the plan */
 };
 
 struct pack_plan {
@@ -56,11 +57,12 @@ static fx_status plan_one(struct pack_plan *p, struct fx_model *m, struct fx_mat
                             "out of memory for %llu bytes of packed weights",
                             (unsigned long long)(stride * (uint64_t)n));
     m->packs[m->n_packs++] = block;
+    int64_t first_item = p->n_items;
     for (int64_t e = 0; e < n; e++)
         p->items[p->n_items++] =
             (struct pack_item){.src = x ? fx_experts_get(x, e) : *w, .dst = block + e * stride};
-    p->targets[p->n_targets++] =
-        (struct pack_target){.w = w, .x = x, .dst = block, .stride = stride};
+    p->targets[p->n_targets++] = (struct pack_target){
+        .w = w, .x = x, .dst = block, .stride = stride, .first_item = first_item, .n_items = n};
     return FX_OK;
 }
 
@@ -83,10 +85,16 @@ static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_e
     return plan_one(p, m, &m->output, NULL, err);
 }
 
+/* The items of one target, packed by all the pool's workers. */
+struct pack_run {
+    const struct pack_plan *p;
+    int64_t i0, i1;
+};
+
 static void pack_on_worker(const struct fx_worker *wk, void *arg) {
-    const struct pack_plan *p = arg;
-    for (int64_t i = 0; i < p->n_items; i++)
-        fx_mat_pack(p->k, &p->items[i].src, p->items[i].dst, wk->ith, wk->nth);
+    const struct pack_run *r = arg;
+    for (int64_t i = r->i0; i < r->i1; i++)
+        fx_mat_pack(r->p->k, &r->p->items[i].src, r->p->items[i].dst, wk->ith, wk->nth);
 }
 
 fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_error *err) {
@@ -106,12 +114,16 @@ fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_e
     p.n_items = p.n_targets = 0;
     if ((st = plan_model(&p, m, err)) || (st = fx_pool_create(0, &pool, err)))
         goto done;
-    if ((st = fx_par_run(pool, pack_on_worker, &p))) {
-        st = fx_error_set(err, st, FX_NO_OFFSET, "cannot load a model inside a parallel region");
-        goto done;
-    }
+    /* Target by target, each one's file pages released as soon as its copy is written: the
+     * file and the packed copies are never resident in full at once. */
     for (int64_t i = 0; i < p.n_targets; i++) {
         struct pack_target *t = &p.targets[i];
+        struct pack_run run = {&p, t->first_item, t->first_item + t->n_items};
+        if ((st = fx_par_run(pool, pack_on_worker, &run))) {
+            st =
+                fx_error_set(err, st, FX_NO_OFFSET, "cannot load a model inside a parallel region");
+            goto done;
+        }
         struct fx_mat *w = t->x ? &t->x->per : t->w;
         bool is_embedding = w->data == m->tok_embd.data;
         uint64_t bytes =
