@@ -391,14 +391,14 @@ static void run_tiles(const struct r16_job *j, const uint8_t *const *wp, int np,
 }
 
 /* Activation rows [a0, a0 + na) (their metadata at meta, meta_stride apart) against the runs
- * wp[0..np) of one or two consecutive panels from row0: wide tiles of FX_R16_WIDE_ACT rows over
+ * wp[0..np) of one or two consecutive panels from row0: wide tiles of k->wide_act rows over
  * both panels while they last, then tiles of up to 8 rows per panel. */
 static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np, int64_t row0,
                       int64_t c0, int64_t nc, int64_t a0, int64_t na,
                       const struct fx_r16_meta *meta, int64_t meta_stride) {
     int64_t done = 0;
     if (np == 2 && j->k->wide)
-        for (; na - done >= FX_R16_WIDE_ACT; done += FX_R16_WIDE_ACT) {
+        for (; na - done >= j->k->wide_act; done += j->k->wide_act) {
             int64_t a = a0 + done;
             struct fx_r16_tile t = {
                 .w = wp[0],
@@ -410,7 +410,7 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
                 .meta_stride = meta_stride,
                 .out = j->out + a * j->out_stride + row0,
                 .out_stride = j->out_stride,
-                .n_act = FX_R16_WIDE_ACT,
+                .n_act = j->k->wide_act,
                 .n_rows = (int)(j->r1 - row0 < 2 * FX_R16_ROWS ? j->r1 - row0 : 2 * FX_R16_ROWS),
                 .first = c0 == 0,
             };

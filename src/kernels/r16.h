@@ -55,10 +55,9 @@
 #define FX_R16_ROWS 16
 /* A tile handles 1, 2, 4 or FX_R16_MAX_ACT activation rows. */
 #define FX_R16_MAX_ACT 8
-/* A wide tile: two consecutive panels (32 weight rows) against FX_R16_WIDE_ACT activation rows.
- * Each activation dword, broadcast once, serves two vpdpbusd: the loads per product halve,
+/* A wide tile: two consecutive panels (32 weight rows) against a kernel's wide_act activation
+ * rows. Each activation dword, broadcast once, serves two vpdpbusd: the loads per product halve,
  * which is what bounds the one-panel tiles of 8 rows (two vector loads per cycle). */
-#define FX_R16_WIDE_ACT 4
 
 /* Bytes of one packed block of `type` (16 rows), 0 when the type has no R16 layout. */
 size_t fx_r16_block_bytes(enum fx_type type);
@@ -92,7 +91,7 @@ struct fx_r16_tile {
     int64_t meta_stride;            /* */
     float *out;                     /* output of activation row 0 at the panel's first weight row */
     int64_t out_stride;             /* floats between activation rows' outputs */
-    int n_act;                      /* 1, 2, 4 or 8; FX_R16_WIDE_ACT for wide tiles */
+    int n_act;                      /* 1, 2, 4 or 8; the kernel's wide_act for wide tiles */
     int n_rows; /* valid rows, 1..16 (17..32 for wide tiles); only they are written */
     bool first; /* the run starts the row: accumulators start at 0, else in out */
 };
@@ -108,6 +107,7 @@ struct fx_r16_kernel {
     fx_r16_tile_fn tile;
     fx_r16_meta_fn meta; /* NULL for the K formats (Q8_K blocks carry what they need) */
     fx_r16_tile_fn wide; /* NULL: the driver runs two panels as two tiles */
+    int wide_act;        /* activation rows of a wide tile (4 or 8) */
 };
 
 /* An fx_matmul_fn body for R16 kernels: reads w->packed when it is R16, and otherwise packs the

@@ -190,7 +190,7 @@ FX_INLINE void q32_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
 }
 
 FX_INLINE void q32_wide(enum fx_type type, const struct fx_r16_tile *t) {
-    q32_tile(type, 2, FX_R16_WIDE_ACT, t);
+    q32_tile(type, 2, FX_AVX512_Q32_WIDE_ACT, t);
 }
 
 void fx_avx512_tile_q8_0(const struct fx_r16_tile *t) {

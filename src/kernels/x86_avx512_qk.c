@@ -180,112 +180,145 @@ FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint
     }
 }
 
-/* Sub-block s of a super-block: sumi[j] += its scale times the integer sum of its codes times
- * activation row j's codes. */
-FX_INLINE void k_subblock(enum fx_type type, int width, const struct fx_r16_tile *t,
-                          const uint8_t *p, const uint8_t *a, int s, __m512i *sumi) {
+/* Sub-block s of a super-block, for np panels (w[0..np)): sumi[p][j] += its scale times the
+ * integer sum of panel p's codes times activation row j's codes. Each broadcast of an activation
+ * dword feeds the np panels' vpdpbusd. */
+FX_INLINE void k_subblock(enum fx_type type, int np, int width, const struct fx_r16_tile *t,
+                          const uint8_t *const *w, const uint8_t *a, int s,
+                          __m512i sumi[2][FX_R16_MAX_ACT]) {
     const int sub_len = 256 / k_subs(type), groups = sub_len / 4;
-    /* Few rows: a second partial sum halves the chains of dependent vpdpbusd. */
-    __m512i isum[FX_R16_MAX_ACT], odd[FX_R16_MAX_ACT];
+    /* Few sums: a second partial sum halves the chains of dependent vpdpbusd. */
+    const bool split = np * width < 4;
+    __m512i isum[2][FX_R16_MAX_ACT], odd[2][FX_R16_MAX_ACT];
+#pragma GCC unroll 2
+    for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
-    for (int j = 0; j < width; j++) {
-        isum[j] = _mm512_setzero_si512();
-        odd[j] = _mm512_setzero_si512();
-    }
+        for (int j = 0; j < width; j++) {
+            isum[p][j] = _mm512_setzero_si512();
+            odd[p][j] = _mm512_setzero_si512();
+        }
 #pragma GCC unroll 16
     for (int gg = 0; gg < groups; gg++) {
-        __m512i q = k_codes(type, p, s, gg);
+        __m512i q[2];
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
+            q[p] = k_codes(type, w[p], s, gg);
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++) {
             __m512i x = bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
-            if (width < 4 && gg % 2)
-                odd[j] = _mm512_dpbusd_epi32(odd[j], q, x);
-            else
-                isum[j] = _mm512_dpbusd_epi32(isum[j], q, x);
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++) {
+                if (split && gg % 2)
+                    odd[p][j] = _mm512_dpbusd_epi32(odd[p][j], q[p], x);
+                else
+                    isum[p][j] = _mm512_dpbusd_epi32(isum[p][j], q[p], x);
+            }
         }
     }
-    __m512i sc = k_scale(type, p, s);
+#pragma GCC unroll 2
+    for (int p = 0; p < np; p++) {
+        __m512i sc = k_scale(type, w[p], s);
 #pragma GCC unroll 16
-    for (int j = 0; j < width; j++) {
-        if (width < 4)
-            isum[j] = _mm512_add_epi32(isum[j], odd[j]);
-        sumi[j] = _mm512_add_epi32(sumi[j], _mm512_mullo_epi32(isum[j], sc));
+        for (int j = 0; j < width; j++) {
+            if (split)
+                isum[p][j] = _mm512_add_epi32(isum[p][j], odd[p][j]);
+            sumi[p][j] = _mm512_add_epi32(sumi[p][j], _mm512_mullo_epi32(isum[p][j], sc));
+        }
     }
 }
 
-FX_INLINE void k_tile(enum fx_type type, int width, const struct fx_r16_tile *t) {
+/* A tile of np panels (1, or 2 for a wide tile at t->w and t->w + t->w_stride) against `width`
+ * activation rows. Each panel's arithmetic is the same whether it goes alone or in a pair. */
+FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_tile *t) {
     const int subs = k_subs(type);
     const size_t pbytes = k_block_bytes(type);
     /* The f32 accumulators change once per super-block: they wait in memory, leaving the
-     * registers to the integer sums of 8 activation rows. */
-    _Alignas(64) float f[FX_R16_MAX_ACT][16];
+     * registers to the integer sums. */
+    _Alignas(64) float f[2][FX_R16_MAX_ACT][16];
+#pragma GCC unroll 2
+    for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
-    for (int j = 0; j < width; j++)
-        _mm512_store_ps(f[j], acc_load(t, 0, j));
+        for (int j = 0; j < width; j++)
+            _mm512_store_ps(f[p][j], acc_load(t, p, j));
     for (int64_t b = 0; b < t->n_blocks; b++) {
-        const uint8_t *p = t->w + (size_t)b * pbytes;
+        const uint8_t *w[2] = {t->w + (size_t)b * pbytes, t->w + t->w_stride + (size_t)b * pbytes};
         const uint8_t *a = t->act + (uint64_t)b * Q8K_BYTES;
-        if (width <= 2)
-            prefetch_block(p, pbytes, 2);
-        __m512i sumi[FX_R16_MAX_ACT];
-#pragma GCC unroll 16
-        for (int j = 0; j < width; j++)
-            sumi[j] = _mm512_setzero_si512();
-        if (type == FX_TYPE_Q6_K && width <= 2)
-            q6_narrow_sumi(width, t, p, a, sumi);
-        else if (width <= 2)
-#pragma GCC unroll 16
-            for (int s = 0; s < subs; s++)
-                k_subblock(type, width, t, p, a, s, sumi);
-        else /* not unrolled: GCC would defer every sub-block's vpmulld and spill the sums */
-            for (int s = 0; s < subs; s++)
-                k_subblock(type, width, t, p, a, s, sumi);
-        __m512i isum[FX_R16_MAX_ACT];
-/* The second sum, over the activation's 16 sums of 16, in isum. */
-#pragma GCC unroll 16
-        for (int j = 0; j < width; j++)
-            isum[j] = _mm512_setzero_si512();
-#pragma GCC unroll 16
-        for (int pt = 0; pt < 8; pt++) {
-            __m512i pairs = k_pairs(type, p, pt);
+        if (np == 1 && width <= 2)
+            prefetch_block(w[0], pbytes, 2);
+        __m512i sumi[2][FX_R16_MAX_ACT];
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++)
-                isum[j] = _mm512_dpwssd_epi32(
-                    isum[j], pairs, bcast4(a + (uint64_t)j * t->act_stride + Q8K_BSUMS + 4 * pt));
-        }
-        __m512 d = fp16x16(p);
+                sumi[p][j] = _mm512_setzero_si512();
+        if (type == FX_TYPE_Q6_K && np == 1 && width <= 2)
+            q6_narrow_sumi(width, t, w[0], a, sumi[0]);
+        else if (np * width <= 2)
 #pragma GCC unroll 16
-        for (int j = 0; j < width; j++) {
-            __m512 da = _mm512_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
-            if (!k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
-                sumi[j] = _mm512_sub_epi32(
-                    sumi[j], _mm512_slli_epi32(isum[j], type == FX_TYPE_Q3_K ? 2 : 5));
-            __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[j]), _mm512_mul_ps(d, da),
-                                         _mm512_load_ps(f[j]));
-            if (k_has_min(type))
-                acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[j]),
-                                       _mm512_mul_ps(fp16x16(p + 32), da), acc);
-            _mm512_store_ps(f[j], acc);
+            for (int s = 0; s < subs; s++)
+                k_subblock(type, np, width, t, w, a, s, sumi);
+        else /* not unrolled: GCC would defer every sub-block's vpmulld and spill the sums */
+            for (int s = 0; s < subs; s++)
+                k_subblock(type, np, width, t, w, a, s, sumi);
+        /* The second sum, over the activation's 16 sums of 16, in isum. */
+        __m512i isum[2][FX_R16_MAX_ACT];
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++)
+                isum[p][j] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+        for (int pt = 0; pt < 8; pt++) {
+            __m512i pairs[2];
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++)
+                pairs[p] = k_pairs(type, w[p], pt);
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++) {
+                __m512i x = bcast4(a + (uint64_t)j * t->act_stride + Q8K_BSUMS + 4 * pt);
+#pragma GCC unroll 2
+                for (int p = 0; p < np; p++)
+                    isum[p][j] = _mm512_dpwssd_epi32(isum[p][j], pairs[p], x);
+            }
+        }
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++) {
+            __m512 d = fp16x16(w[p]);
+#pragma GCC unroll 16
+            for (int j = 0; j < width; j++) {
+                __m512 da = _mm512_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
+                if (!k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
+                    sumi[p][j] = _mm512_sub_epi32(
+                        sumi[p][j], _mm512_slli_epi32(isum[p][j], type == FX_TYPE_Q3_K ? 2 : 5));
+                __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[p][j]), _mm512_mul_ps(d, da),
+                                             _mm512_load_ps(f[p][j]));
+                if (k_has_min(type))
+                    acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[p][j]),
+                                           _mm512_mul_ps(fp16x16(w[p] + 32), da), acc);
+                _mm512_store_ps(f[p][j], acc);
+            }
         }
     }
+#pragma GCC unroll 2
+    for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
-    for (int j = 0; j < width; j++)
-        acc_store(t, 0, j, _mm512_load_ps(f[j]));
+        for (int j = 0; j < width; j++)
+            acc_store(t, p, j, _mm512_load_ps(f[p][j]));
 }
 
 FX_INLINE void k_tile_any(enum fx_type type, const struct fx_r16_tile *t) {
     switch (t->n_act) {
     case 8:
-        k_tile(type, 8, t);
+        k_tile(type, 1, 8, t);
         break;
     case 4:
-        k_tile(type, 4, t);
+        k_tile(type, 1, 4, t);
         break;
     case 2:
-        k_tile(type, 2, t);
+        k_tile(type, 1, 2, t);
         break;
     default:
-        k_tile(type, 1, t);
+        k_tile(type, 1, 1, t);
         break;
     }
 }
@@ -294,20 +327,40 @@ void fx_avx512_tile_q2_K(const struct fx_r16_tile *t) {
     k_tile_any(FX_TYPE_Q2_K, t);
 }
 
+void fx_avx512_wide_q2_K(const struct fx_r16_tile *t) {
+    k_tile(FX_TYPE_Q2_K, 2, FX_AVX512_K_WIDE_ACT, t);
+}
+
 void fx_avx512_tile_q3_K(const struct fx_r16_tile *t) {
     k_tile_any(FX_TYPE_Q3_K, t);
+}
+
+void fx_avx512_wide_q3_K(const struct fx_r16_tile *t) {
+    k_tile(FX_TYPE_Q3_K, 2, FX_AVX512_K_WIDE_ACT, t);
 }
 
 void fx_avx512_tile_q4_K(const struct fx_r16_tile *t) {
     k_tile_any(FX_TYPE_Q4_K, t);
 }
 
+void fx_avx512_wide_q4_K(const struct fx_r16_tile *t) {
+    k_tile(FX_TYPE_Q4_K, 2, FX_AVX512_K_WIDE_ACT, t);
+}
+
 void fx_avx512_tile_q5_K(const struct fx_r16_tile *t) {
     k_tile_any(FX_TYPE_Q5_K, t);
 }
 
+void fx_avx512_wide_q5_K(const struct fx_r16_tile *t) {
+    k_tile(FX_TYPE_Q5_K, 2, FX_AVX512_K_WIDE_ACT, t);
+}
+
 void fx_avx512_tile_q6_K(const struct fx_r16_tile *t) {
     k_tile_any(FX_TYPE_Q6_K, t);
+}
+
+void fx_avx512_wide_q6_K(const struct fx_r16_tile *t) {
+    k_tile(FX_TYPE_Q6_K, 2, FX_AVX512_K_WIDE_ACT, t);
 }
 
 #endif
