@@ -5,6 +5,7 @@
 #include "fx_test.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -401,4 +402,75 @@ FX_TEST(synth_rejects_bad_arguments) {
         1);
     assert_non_null(strstr(err, "/nonexistent/dir/x.gguf"));
     free(err);
+}
+
+/* llama.cpp finds what it needs in a file by key and tensor name. Every key of a file llama.cpp
+ * wrote for the same architecture (the fixtures) is in ours with the same value type, and every
+ * tensor name of its layers that ours has layers for is there with the same number of
+ * dimensions. */
+FX_TEST(synth_files_carry_the_keys_and_tensors_of_llama_cpp_files) {
+    static const char *const pairs[][2] = {{"tiny", "models/llama-tiny.F32.gguf"},
+                                           {"tiny-moe", "models/gptoss-tiny.F32.gguf"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const char *ref_path = fx_test_fixture(pairs[i][1]);
+        const char *ours_path = fx_test_tmpfile("synth-vs-llama-cpp.gguf");
+        synth_ok(pairs[i][0], "F32", false, "1", "1", ours_path);
+        struct fx_gguf *ref = open_ok(ref_path), *ours = open_ok(ours_path);
+        for (int64_t k = 0; k < fx_gguf_n_kv(ref); k++) {
+            const struct fx_gguf_kv *want = fx_gguf_kv_at(ref, k);
+            const struct fx_gguf_kv *got = fx_gguf_find_kv(ours, want->key);
+            if (!got)
+                fail_msg("%s: no key %s (llama.cpp's %s has it)", pairs[i][0], want->key,
+                         pairs[i][1]);
+            if (got->type != want->type ||
+                (want->type == FX_GGUF_ARRAY && got->arr_type != want->arr_type))
+                fail_msg("%s: key %s has another type than in %s", pairs[i][0], want->key,
+                         pairs[i][1]);
+        }
+        struct fx_gguf_str arch;
+        char key[96];
+        uint32_t n_layer;
+        assert_int_equal(fx_gguf_get_str(ours, "general.architecture", &arch, NULL), FX_OK);
+        snprintf(key, sizeof key, "%s.block_count", arch.data);
+        assert_int_equal(fx_gguf_get_u32(ours, key, &n_layer, NULL), FX_OK);
+        int64_t checked = 0;
+        for (int64_t t = 0; t < fx_gguf_n_tensors(ref); t++) {
+            const struct fx_tensor_view *want = fx_gguf_tensor_at(ref, t);
+            unsigned layer;
+            if (sscanf(want->name, "blk.%u.", &layer) == 1 && layer >= n_layer)
+                continue;
+            const struct fx_tensor_view *got = fx_gguf_find_tensor(ours, want->name);
+            if (!got)
+                fail_msg("%s: no tensor %s (llama.cpp's %s has it)", pairs[i][0], want->name,
+                         pairs[i][1]);
+            assert_int_equal(got->n_dims, want->n_dims);
+            checked++;
+        }
+        assert_true(checked > 10);
+        fx_gguf_free(ref);
+        fx_gguf_free(ours);
+    }
+}
+
+/* The same for the tensor names of the benchmark shapes (planned, not written): a llama.cpp
+ * file of the same architecture names each of its tensors as ours do. */
+FX_TEST(synth_shapes_name_their_tensors_as_llama_cpp_files) {
+    static const char *const pairs[][2] = {{"smollm2-135m", "models/llama-tiny-tied.F32.gguf"},
+                                           {"llama-3.2-1b", "models/llama-tiny-tied.F32.gguf"},
+                                           {"qwen3-0.6b", "models/qwen3-tiny.F32.gguf"},
+                                           {"gpt-oss-20b", "models/gptoss-tiny.F32.gguf"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        struct fx_gguf *ref = open_ok(fx_test_fixture(pairs[i][1]));
+        struct fx_synth_model *m = plan_ok(pairs[i][0], "F32", false);
+        for (int64_t t = 0; t < fx_gguf_n_tensors(ref); t++) {
+            const struct fx_tensor_view *want = fx_gguf_tensor_at(ref, t);
+            const struct fx_synth_tensor *got = find(m, want->name);
+            if (!got)
+                fail_msg("%s: no tensor %s (llama.cpp's %s has it)", pairs[i][0], want->name,
+                         pairs[i][1]);
+            assert_int_equal(got->n_dims, want->n_dims);
+        }
+        fx_synth_model_free(m);
+        fx_gguf_free(ref);
+    }
 }
