@@ -120,4 +120,32 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
 void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const void *x,
                     const void *y);
 
+/* The fx_kernels entry points of a SIMD table's R16 kernels, `table` being its struct
+ * fx_r16_kernel array indexed by format: matmul_r16, and vec_dot_<format> for each R16 format
+ * (vec_dot has no format argument, so one function per format). FX_R16_OPS(format) fills a
+ * table's entry with them. */
+#define FX_R16_VEC_DOT(table, name, TYPE)                                                          \
+    static void vec_dot_##name(int64_t n, float *restrict s, const void *restrict x,               \
+                               const void *restrict y) {                                           \
+        fx_r16_vec_dot(&table[FX_TYPE_##TYPE], n, s, x, y);                                        \
+    }
+#define FX_R16_ENTRY_POINTS(table)                                                                 \
+    static void matmul_r16(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,        \
+                           uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride) {   \
+        fx_r16_matmul(&table[w->type], w, r0, r1, act, act_stride, n_act, out, out_stride);        \
+    }                                                                                              \
+    FX_R16_VEC_DOT(table, q8_0, Q8_0)                                                              \
+    FX_R16_VEC_DOT(table, q4_0, Q4_0)                                                              \
+    FX_R16_VEC_DOT(table, q4_1, Q4_1)                                                              \
+    FX_R16_VEC_DOT(table, q5_0, Q5_0)                                                              \
+    FX_R16_VEC_DOT(table, q5_1, Q5_1)                                                              \
+    FX_R16_VEC_DOT(table, mxfp4, MXFP4)                                                            \
+    FX_R16_VEC_DOT(table, q2_K, Q2_K)                                                              \
+    FX_R16_VEC_DOT(table, q3_K, Q3_K)                                                              \
+    FX_R16_VEC_DOT(table, q4_K, Q4_K)                                                              \
+    FX_R16_VEC_DOT(table, q5_K, Q5_K)                                                              \
+    FX_R16_VEC_DOT(table, q6_K, Q6_K)
+#define FX_R16_OPS(name)                                                                           \
+    { .vec_dot = vec_dot_##name, .matmul = matmul_r16, .pack_kind = FX_PACK_R16 }
+
 #endif

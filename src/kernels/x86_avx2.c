@@ -279,69 +279,7 @@ static const struct fx_r16_kernel r16[FX_TYPE_COUNT] = {
     [FX_TYPE_Q6_K] = {FX_TYPE_Q6_K, fx_avx2_tile_q6_K, NULL},
 };
 
-static void matmul_r16(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
-                       uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride) {
-    fx_r16_matmul(&r16[w->type], w, r0, r1, act, act_stride, n_act, out, out_stride);
-}
-
-/* vec_dot has no type argument: one entry per format. */
-static void vec_dot_q8_0(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q8_0], n, s, x, y);
-}
-
-static void vec_dot_q4_0(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q4_0], n, s, x, y);
-}
-
-static void vec_dot_q4_1(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q4_1], n, s, x, y);
-}
-
-static void vec_dot_q5_0(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q5_0], n, s, x, y);
-}
-
-static void vec_dot_q5_1(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q5_1], n, s, x, y);
-}
-
-static void vec_dot_mxfp4(int64_t n, float *restrict s, const void *restrict x,
-                          const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_MXFP4], n, s, x, y);
-}
-
-static void vec_dot_q2_K(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q2_K], n, s, x, y);
-}
-
-static void vec_dot_q3_K(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q3_K], n, s, x, y);
-}
-
-static void vec_dot_q4_K(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q4_K], n, s, x, y);
-}
-
-static void vec_dot_q5_K(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q5_K], n, s, x, y);
-}
-
-static void vec_dot_q6_K(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    fx_r16_vec_dot(&r16[FX_TYPE_Q6_K], n, s, x, y);
-}
-
-#define R16_OPS(fn)                                                                                \
-    { .vec_dot = fn, .matmul = matmul_r16, .pack_kind = FX_PACK_R16 }
+FX_R16_ENTRY_POINTS(r16)
 
 const struct fx_kernels fx_kernels_avx2_part = {
     .name = "avx2",
@@ -356,16 +294,16 @@ const struct fx_kernels fx_kernels_avx2_part = {
                               .pack_kind = FX_PACK_R16},
             [FX_TYPE_Q8_1] = {.quantize_act = quantize_act_q8_1},
             [FX_TYPE_Q8_K] = {.quantize_act = quantize_act_q8_K},
-            [FX_TYPE_Q4_0] = R16_OPS(vec_dot_q4_0),
-            [FX_TYPE_Q4_1] = R16_OPS(vec_dot_q4_1),
-            [FX_TYPE_Q5_0] = R16_OPS(vec_dot_q5_0),
-            [FX_TYPE_Q5_1] = R16_OPS(vec_dot_q5_1),
-            [FX_TYPE_MXFP4] = R16_OPS(vec_dot_mxfp4),
-            [FX_TYPE_Q2_K] = R16_OPS(vec_dot_q2_K),
-            [FX_TYPE_Q3_K] = R16_OPS(vec_dot_q3_K),
-            [FX_TYPE_Q4_K] = R16_OPS(vec_dot_q4_K),
-            [FX_TYPE_Q5_K] = R16_OPS(vec_dot_q5_K),
-            [FX_TYPE_Q6_K] = R16_OPS(vec_dot_q6_K),
+            [FX_TYPE_Q4_0] = FX_R16_OPS(q4_0),
+            [FX_TYPE_Q4_1] = FX_R16_OPS(q4_1),
+            [FX_TYPE_Q5_0] = FX_R16_OPS(q5_0),
+            [FX_TYPE_Q5_1] = FX_R16_OPS(q5_1),
+            [FX_TYPE_MXFP4] = FX_R16_OPS(mxfp4),
+            [FX_TYPE_Q2_K] = FX_R16_OPS(q2_K),
+            [FX_TYPE_Q3_K] = FX_R16_OPS(q3_K),
+            [FX_TYPE_Q4_K] = FX_R16_OPS(q4_K),
+            [FX_TYPE_Q5_K] = FX_R16_OPS(q5_K),
+            [FX_TYPE_Q6_K] = FX_R16_OPS(q6_K),
         },
     .rms_norm = fx_avx2_rms_norm,
     .softmax = fx_avx2_softmax,
