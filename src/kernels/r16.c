@@ -9,6 +9,7 @@
 #include "core/checked.h"
 #include "core/error.h"
 #include "kernels/generic.h"
+#include "kernels/half.h"
 
 /* ---- packers ------------------------------------------------------------------------------- */
 
@@ -491,4 +492,16 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
         (uint64_t)(n / fx_type_block_elems(k->type)) * (uint64_t)fx_type_block_bytes(k->type);
     struct fx_mat w = {.type = k->type, .ne0 = n, .ne1 = 1, .row_bytes = row_bytes, .data = x};
     fx_r16_matmul(k, &w, 0, 1, y, 0, 1, s, 0);
+}
+
+void fx_r16_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
+                      struct fx_r16_meta *meta) {
+    (void)bias;
+    for (int64_t b = 0; b < n_blocks; b++, act += sizeof(struct fx_block_q8_1)) {
+        uint16_t h[2];
+        memcpy(h, act, 4);
+        meta[b].d = fx_fp16_to_f32(h[0]);
+        meta[b].s = fx_fp16_to_f32(h[1]);
+        meta[b].c = 0;
+    }
 }

@@ -101,6 +101,10 @@ typedef void (*fx_r16_tile_fn)(const struct fx_r16_tile *t);
 typedef void (*fx_r16_meta_fn)(const uint8_t *act, int64_t n_blocks, int32_t bias,
                                struct fx_r16_meta *meta);
 
+/* The metadata of the affine formats' activations (Q8_1 blocks), the same for every SIMD table:
+ * d and s; no code sums, their bias being 0. */
+void fx_r16_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias, struct fx_r16_meta *meta);
+
 /* What a SIMD table provides for one R16 format. */
 struct fx_r16_kernel {
     enum fx_type type;

@@ -105,8 +105,6 @@ void fx_avx2_tile_q5_K(const struct fx_r16_tile *t);
 void fx_avx2_tile_q6_K(const struct fx_r16_tile *t);
 void fx_avx2_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
                        struct fx_r16_meta *meta);
-void fx_avx2_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
-                       struct fx_r16_meta *meta);
 
 /* Row operations (x86_avx2_rows.c), with the shapes of kernels.h's entries. */
 void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, float eps);

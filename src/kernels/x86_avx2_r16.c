@@ -404,16 +404,4 @@ void fx_avx2_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
     }
 }
 
-void fx_avx2_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
-                       struct fx_r16_meta *meta) {
-    (void)bias;
-    for (int64_t b = 0; b < n_blocks; b++, act += sizeof(struct fx_block_q8_1)) {
-        uint16_t h[2];
-        memcpy(h, act, 4);
-        meta[b].d = _cvtsh_ss(h[0]);
-        meta[b].s = _cvtsh_ss(h[1]);
-        meta[b].c = 0;
-    }
-}
-
 #endif

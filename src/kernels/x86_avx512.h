@@ -105,8 +105,6 @@ void fx_avx512_tile_q5_1(const struct fx_r16_tile *t);
 void fx_avx512_tile_mxfp4(const struct fx_r16_tile *t);
 void fx_avx512_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
                          struct fx_r16_meta *meta);
-void fx_avx512_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,
-                         struct fx_r16_meta *meta);
 void fx_avx512_wide_q8_0(const struct fx_r16_tile *t);
 void fx_avx512_wide_q4_0(const struct fx_r16_tile *t);
 void fx_avx512_wide_q4_1(const struct fx_r16_tile *t);
