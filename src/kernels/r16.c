@@ -178,35 +178,6 @@ PACK_INLINE void pack_blocks(enum fx_type type, const uint8_t *rows, uint64_t ro
     }
 }
 
-size_t fx_r16_block_bytes(enum fx_type type) {
-    switch (type) {
-    case FX_TYPE_Q8_0:
-        return 544;
-    case FX_TYPE_Q4_0:
-        return 288;
-    case FX_TYPE_Q4_1:
-        return 320;
-    case FX_TYPE_Q5_0:
-        return 352;
-    case FX_TYPE_Q5_1:
-        return 384;
-    case FX_TYPE_MXFP4:
-        return 272;
-    case FX_TYPE_Q2_K:
-        return 1344;
-    case FX_TYPE_Q3_K:
-        return 1824;
-    case FX_TYPE_Q4_K:
-        return 2368;
-    case FX_TYPE_Q5_K:
-        return 2880;
-    case FX_TYPE_Q6_K:
-        return 3360;
-    default:
-        return 0;
-    }
-}
-
 int32_t fx_r16_bias(enum fx_type type) {
     switch (type) {
     case FX_TYPE_Q8_0:

@@ -55,12 +55,50 @@
 #define FX_R16_ROWS 16
 /* A tile handles 1, 2, 4 or FX_R16_MAX_ACT activation rows. */
 #define FX_R16_MAX_ACT 8
-/* A wide tile: two consecutive panels (32 weight rows) against a kernel's wide_act activation
- * rows. Each activation dword, broadcast once, serves two vpdpbusd: the loads per product halve,
- * which is what bounds the one-panel tiles of 8 rows (two vector loads per cycle). */
+/* Offsets in a Q8_K activation block (the K formats' activations): d (f32), qs[256],
+ * bsums[16] (int16 sums of 16). */
+enum { FX_Q8K_QS = 4, FX_Q8K_BSUMS = 260, FX_Q8K_BYTES = 292 };
 
 /* Bytes of one packed block of `type` (16 rows), 0 when the type has no R16 layout. */
-size_t fx_r16_block_bytes(enum fx_type type);
+static inline size_t fx_r16_block_bytes(enum fx_type type) {
+    switch (type) {
+    case FX_TYPE_Q8_0:
+        return 544;
+    case FX_TYPE_Q4_0:
+        return 288;
+    case FX_TYPE_Q4_1:
+        return 320;
+    case FX_TYPE_Q5_0:
+        return 352;
+    case FX_TYPE_Q5_1:
+        return 384;
+    case FX_TYPE_MXFP4:
+        return 272;
+    case FX_TYPE_Q2_K:
+        return 1344;
+    case FX_TYPE_Q3_K:
+        return 1824;
+    case FX_TYPE_Q4_K:
+        return 2368;
+    case FX_TYPE_Q5_K:
+        return 2880;
+    case FX_TYPE_Q6_K:
+        return 3360;
+    default:
+        return 0;
+    }
+}
+
+/* The K formats' sub-blocks per super-block of 256: 8 of 32 elements (Q4_K, Q5_K) or 16 of 16. */
+static inline int fx_r16_k_subs(enum fx_type type) {
+    return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K ? 8 : 16;
+}
+
+/* Whether a K format's second integer sum is of minimums (Q2_K, Q4_K, Q5_K: subtracted after
+ * scaling by dmin) rather than of the codes' bias (Q3_K, Q6_K: subtracted from the first sum). */
+static inline bool fx_r16_k_has_min(enum fx_type type) {
+    return type == FX_TYPE_Q2_K || type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K;
+}
 
 /* Packs blocks [b0, b0 + n_blocks) of the n_rows (1..16) rows starting at `rows` (row_bytes
  * apart) into dst (n_blocks packed blocks); rows n_rows..15 are zero. */
@@ -110,8 +148,12 @@ struct fx_r16_kernel {
     enum fx_type type;
     fx_r16_tile_fn tile;
     fx_r16_meta_fn meta; /* NULL for the K formats (Q8_K blocks carry what they need) */
-    fx_r16_tile_fn wide; /* NULL: the driver runs two panels as two tiles */
-    int wide_act;        /* activation rows of a wide tile (4 or 8) */
+    /* A wide tile: two consecutive panels (32 weight rows) against wide_act activation rows.
+     * Each activation dword, broadcast once, serves two vpdpbusd: the loads per product halve,
+     * which is what bounds the one-panel tiles of 8 rows (two vector loads per cycle). NULL:
+     * the driver runs two panels as two tiles. */
+    fx_r16_tile_fn wide;
+    int wide_act;
 };
 
 /* An fx_matmul_fn body for R16 kernels: reads w->packed when it is R16, and otherwise packs the

@@ -13,9 +13,6 @@
 /* A tile of more than 4 activation rows runs as tiles of 4 (16 registers). */
 #define AVX2_MAX_WIDTH 4
 
-/* Offsets in a Q8_K block: d (f32), qs[256], bsums[16]. */
-enum { Q8K_QS = 4, Q8K_BSUMS = 260, Q8K_BYTES = 292 };
-
 /* ---- 32-wide formats ----------------------------------------------------------------------- */
 
 FX_INLINE bool q32_affine(enum fx_type type) {
@@ -135,29 +132,6 @@ FX_INLINE void q32_half(enum fx_type type, int width, const struct fx_r16_tile *
 
 /* ---- K formats ----------------------------------------------------------------------------- */
 
-FX_INLINE size_t k_block_bytes(enum fx_type type) {
-    switch (type) {
-    case FX_TYPE_Q2_K:
-        return 1344;
-    case FX_TYPE_Q3_K:
-        return 1824;
-    case FX_TYPE_Q4_K:
-        return 2368;
-    case FX_TYPE_Q5_K:
-        return 2880;
-    default:
-        return 3360;
-    }
-}
-
-FX_INLINE int k_subs(enum fx_type type) {
-    return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K ? 8 : 16;
-}
-
-FX_INLINE bool k_has_min(enum fx_type type) {
-    return type == FX_TYPE_Q2_K || type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K;
-}
-
 /* 8 signed bytes each as int16 pairs (a[r], b[r]) in lane r. */
 FX_INLINE __m256i pair_i8(const uint8_t *a, const uint8_t *b) {
     return _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(load64(a), load64(b)));
@@ -249,8 +223,8 @@ FX_INLINE __m256i k_codes(enum fx_type type, const uint8_t *p, int h, int s, int
 }
 
 FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t, int h, int j0) {
-    const int subs = k_subs(type), sub_len = 256 / subs, groups = sub_len / 4;
-    const size_t pbytes = k_block_bytes(type);
+    const int subs = fx_r16_k_subs(type), sub_len = 256 / subs, groups = sub_len / 4;
+    const size_t pbytes = fx_r16_block_bytes(type);
     const uint8_t *act = t->act + (uint64_t)j0 * t->act_stride;
     __m256 f[AVX2_MAX_WIDTH];
 #pragma GCC unroll 16
@@ -258,7 +232,7 @@ FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t,
         f[j] = acc_load(t, h, j0 + j);
     for (int64_t b = 0; b < t->n_blocks; b++) {
         const uint8_t *p = t->w + (size_t)b * pbytes;
-        const uint8_t *a = act + (uint64_t)b * Q8K_BYTES;
+        const uint8_t *a = act + (uint64_t)b * FX_Q8K_BYTES;
         __m256i sumi[AVX2_MAX_WIDTH], isum[AVX2_MAX_WIDTH];
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
@@ -272,9 +246,9 @@ FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t,
                 __m256i q = k_codes(type, p, h, s, gg);
 #pragma GCC unroll 16
                 for (int j = 0; j < width; j++)
-                    isum[j] = _mm256_add_epi32(isum[j],
-                                               dot_u8i8(q, bcast4(a + (uint64_t)j * t->act_stride +
-                                                                  Q8K_QS + sub_len * s + 4 * gg)));
+                    isum[j] = _mm256_add_epi32(
+                        isum[j], dot_u8i8(q, bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_QS +
+                                                    sub_len * s + 4 * gg)));
             }
             __m256i sc = k_scale(type, p, h, s);
 #pragma GCC unroll 16
@@ -291,17 +265,17 @@ FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t,
             for (int j = 0; j < width; j++)
                 isum[j] = _mm256_add_epi32(
                     isum[j], _mm256_madd_epi16(pairs, bcast4(a + (uint64_t)j * t->act_stride +
-                                                             Q8K_BSUMS + 4 * pt)));
+                                                             FX_Q8K_BSUMS + 4 * pt)));
         }
         __m256 d = fp16x8(p + 16 * h);
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++) {
             __m256 da = _mm256_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
-            if (!k_has_min(type))
+            if (!fx_r16_k_has_min(type))
                 sumi[j] = _mm256_sub_epi32(
                     sumi[j], _mm256_slli_epi32(isum[j], type == FX_TYPE_Q3_K ? 2 : 5));
             f[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, da), f[j]);
-            if (k_has_min(type))
+            if (fx_r16_k_has_min(type))
                 f[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(isum[j]),
                                         _mm256_mul_ps(fp16x8(p + 32 + 16 * h), da), f[j]);
         }

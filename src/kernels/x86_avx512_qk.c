@@ -13,35 +13,6 @@
 
 #include "kernels/generic.h"
 
-/* Offsets in a Q8_K block: d (f32), qs[256], bsums[16]. */
-enum { Q8K_QS = 4, Q8K_BSUMS = 260, Q8K_BYTES = 292 };
-
-FX_INLINE size_t k_block_bytes(enum fx_type type) {
-    switch (type) {
-    case FX_TYPE_Q2_K:
-        return 1344;
-    case FX_TYPE_Q3_K:
-        return 1824;
-    case FX_TYPE_Q4_K:
-        return 2368;
-    case FX_TYPE_Q5_K:
-        return 2880;
-    default:
-        return 3360;
-    }
-}
-
-/* Sub-blocks per super-block: 8 of 32 elements (Q4_K, Q5_K) or 16 of 16. */
-FX_INLINE int k_subs(enum fx_type type) {
-    return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K ? 8 : 16;
-}
-
-/* Whether the second integer sum is of minimums (subtracted after scaling by dmin) rather than
- * of the codes' bias (subtracted from the first sum). */
-FX_INLINE bool k_has_min(enum fx_type type) {
-    return type == FX_TYPE_Q2_K || type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K;
-}
-
 /* 16 signed bytes as int16 pairs (a[r], b[r]) in lane r. */
 FX_INLINE __m512i pair_i8(const uint8_t *a, const uint8_t *b) {
     __m128i x = load128(a), y = load128(b);
@@ -164,9 +135,10 @@ FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint
                 __m512i q = q6_codes(qt, qt % 2 ? ql_b : ql_a, qh);
 #pragma GCC unroll 16
                 for (int j = 0; j < width; j++)
-                    part[qt][j] = _mm512_dpbusd_epi32(part[qt][j], q,
-                                                      bcast4(a + (uint64_t)j * t->act_stride +
-                                                             Q8K_QS + 128 * h + 32 * qt + 4 * g));
+                    part[qt][j] =
+                        _mm512_dpbusd_epi32(part[qt][j], q,
+                                            bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_QS +
+                                                   128 * h + 32 * qt + 4 * g));
             }
             if (g % 4 == 3) /* the end of sub-blocks 8h + 2qt + g / 4 */
 #pragma GCC unroll 16
@@ -186,7 +158,7 @@ FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint
 FX_INLINE void k_subblock(enum fx_type type, int np, int width, const struct fx_r16_tile *t,
                           const uint8_t *const *w, const uint8_t *a, int s,
                           __m512i sumi[2][FX_R16_MAX_ACT]) {
-    const int sub_len = 256 / k_subs(type), groups = sub_len / 4;
+    const int sub_len = 256 / fx_r16_k_subs(type), groups = sub_len / 4;
     /* Few sums: a second partial sum halves the chains of dependent vpdpbusd. */
     const bool split = np * width < 4;
     __m512i isum[2][FX_R16_MAX_ACT], odd[2][FX_R16_MAX_ACT];
@@ -205,7 +177,7 @@ FX_INLINE void k_subblock(enum fx_type type, int np, int width, const struct fx_
             q[p] = k_codes(type, w[p], s, gg);
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++) {
-            __m512i x = bcast4(a + (uint64_t)j * t->act_stride + Q8K_QS + sub_len * s + 4 * gg);
+            __m512i x = bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_QS + sub_len * s + 4 * gg);
 #pragma GCC unroll 2
             for (int p = 0; p < np; p++) {
                 if (split && gg % 2)
@@ -230,8 +202,8 @@ FX_INLINE void k_subblock(enum fx_type type, int np, int width, const struct fx_
 /* A tile of np panels (1, or 2 for a wide tile at t->w and t->w + t->w_stride) against `width`
  * activation rows. Each panel's arithmetic is the same whether it goes alone or in a pair. */
 FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_tile *t) {
-    const int subs = k_subs(type);
-    const size_t pbytes = k_block_bytes(type);
+    const int subs = fx_r16_k_subs(type);
+    const size_t pbytes = fx_r16_block_bytes(type);
     /* The f32 accumulators change once per super-block: they wait in memory, leaving the
      * registers to the integer sums. */
     _Alignas(64) float f[2][FX_R16_MAX_ACT][16];
@@ -242,7 +214,7 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
             _mm512_store_ps(f[p][j], acc_load(t, p, j));
     for (int64_t b = 0; b < t->n_blocks; b++) {
         const uint8_t *w[2] = {t->w + (size_t)b * pbytes, t->w + t->w_stride + (size_t)b * pbytes};
-        const uint8_t *a = t->act + (uint64_t)b * Q8K_BYTES;
+        const uint8_t *a = t->act + (uint64_t)b * FX_Q8K_BYTES;
         if (np == 1 && width <= 2)
             prefetch_block(w[0], pbytes, 2);
         __m512i sumi[2][FX_R16_MAX_ACT];
@@ -275,7 +247,7 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
                 pairs[p] = k_pairs(type, w[p], pt);
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++) {
-                __m512i x = bcast4(a + (uint64_t)j * t->act_stride + Q8K_BSUMS + 4 * pt);
+                __m512i x = bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_BSUMS + 4 * pt);
 #pragma GCC unroll 2
                 for (int p = 0; p < np; p++)
                     isum[p][j] = _mm512_dpwssd_epi32(isum[p][j], pairs[p], x);
@@ -287,12 +259,12 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++) {
                 __m512 da = _mm512_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
-                if (!k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
+                if (!fx_r16_k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
                     sumi[p][j] = _mm512_sub_epi32(
                         sumi[p][j], _mm512_slli_epi32(isum[p][j], type == FX_TYPE_Q3_K ? 2 : 5));
                 __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[p][j]), _mm512_mul_ps(d, da),
                                              _mm512_load_ps(f[p][j]));
-                if (k_has_min(type))
+                if (fx_r16_k_has_min(type))
                     acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[p][j]),
                                            _mm512_mul_ps(fp16x16(w[p] + 32), da), acc);
                 _mm512_store_ps(f[p][j], acc);
