@@ -89,6 +89,12 @@ static inline size_t fx_r16_block_bytes(enum fx_type type) {
     }
 }
 
+/* Whether a 32-wide format is affine (Q4_1, Q5_1: a scale and a minimum per block, Q8_1
+ * activations) rather than symmetric. */
+static inline bool fx_r16_affine(enum fx_type type) {
+    return type == FX_TYPE_Q4_1 || type == FX_TYPE_Q5_1;
+}
+
 /* The K formats' sub-blocks per super-block of 256: 8 of 32 elements (Q4_K, Q5_K) or 16 of 16. */
 static inline int fx_r16_k_subs(enum fx_type type) {
     return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K ? 8 : 16;

@@ -15,27 +15,6 @@
 
 /* ---- 32-wide formats ----------------------------------------------------------------------- */
 
-FX_INLINE bool q32_affine(enum fx_type type) {
-    return type == FX_TYPE_Q4_1 || type == FX_TYPE_Q5_1;
-}
-
-FX_INLINE size_t q32_block_bytes(enum fx_type type) {
-    switch (type) {
-    case FX_TYPE_Q8_0:
-        return 544;
-    case FX_TYPE_Q4_1:
-        return 320;
-    case FX_TYPE_Q5_0:
-        return 352;
-    case FX_TYPE_Q5_1:
-        return 384;
-    case FX_TYPE_MXFP4:
-        return 272;
-    default:
-        return 288;
-    }
-}
-
 /* Offsets in a packed block: of qs and of the fifth-bit masks (0: none). */
 FX_INLINE size_t q32_qs(enum fx_type type) {
     switch (type) {
@@ -87,11 +66,11 @@ FX_INLINE __m256i q32_codes(enum fx_type type, const uint8_t *p, int h, int g) {
 
 /* Rows 8h..8h+7 of a tile of `width` (<= 4) activation rows starting at row j0. */
 FX_INLINE void q32_half(enum fx_type type, int width, const struct fx_r16_tile *t, int h, int j0) {
-    const bool affine = q32_affine(type);
+    const bool affine = fx_r16_affine(type);
     const uint64_t ablock = affine ? sizeof(struct fx_block_q8_1) : sizeof(struct fx_block_q8_0);
     const uint8_t *codes = t->act + (uint64_t)j0 * t->act_stride + (affine ? 4 : 2);
     const struct fx_r16_meta *meta = t->meta + j0 * t->meta_stride;
-    const size_t pbytes = q32_block_bytes(type);
+    const size_t pbytes = fx_r16_block_bytes(type);
     __m256 f[AVX2_MAX_WIDTH];
 #pragma GCC unroll 16
     for (int j = 0; j < width; j++)

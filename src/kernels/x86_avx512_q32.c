@@ -12,10 +12,6 @@
 
 #include "kernels/generic.h"
 
-FX_INLINE bool q32_affine(enum fx_type type) {
-    return type == FX_TYPE_Q4_1 || type == FX_TYPE_Q5_1;
-}
-
 /* MXFP4's 16 doubled E2M1 values plus 12 (its bias), in each 128-bit lane for vpshufb. */
 FX_INLINE __m512i mxfp4_lut(void) {
     return _mm512_broadcast_i32x4(
@@ -79,25 +75,8 @@ FX_INLINE __m512i q32_group(enum fx_type type, const uint8_t *p, int g) {
 /* The scales of the packed block at p, and for the affine formats the minimums. */
 FX_INLINE void q32_scales(enum fx_type type, const uint8_t *p, __m512 *d, __m512 *m) {
     *d = type == FX_TYPE_MXFP4 ? e8m0_half_x16(p) : fp16x16(p);
-    if (q32_affine(type))
+    if (fx_r16_affine(type))
         *m = fp16x16(p + 32);
-}
-
-FX_INLINE size_t q32_block_bytes(enum fx_type type) {
-    switch (type) {
-    case FX_TYPE_Q8_0:
-        return 544;
-    case FX_TYPE_Q4_1:
-        return 320;
-    case FX_TYPE_Q5_0:
-        return 352;
-    case FX_TYPE_Q5_1:
-        return 384;
-    case FX_TYPE_MXFP4:
-        return 272;
-    default:
-        return 288;
-    }
 }
 
 /* A tile: np panels (1, or 2 for a wide tile) against `width` activation rows. Group by group,
@@ -107,10 +86,10 @@ FX_INLINE size_t q32_block_bytes(enum fx_type type) {
  * dependent vpdpbusd are short (integer sums: the split changes nothing). At most 16 sums, 8
  * accumulators, 2 code registers and a broadcast: they fit the 32 registers. */
 FX_INLINE void q32_tile(enum fx_type type, int np, int width, const struct fx_r16_tile *t) {
-    const bool affine = q32_affine(type);
+    const bool affine = fx_r16_affine(type);
     const uint64_t ablock = affine ? sizeof(struct fx_block_q8_1) : sizeof(struct fx_block_q8_0);
     const uint8_t *codes = t->act + (affine ? 4 : 2);
-    const size_t pbytes = q32_block_bytes(type);
+    const size_t pbytes = fx_r16_block_bytes(type);
     __m512 f[2][FX_R16_MAX_ACT];
 #pragma GCC unroll 16
     for (int p = 0; p < np; p++)
