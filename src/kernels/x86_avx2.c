@@ -13,6 +13,7 @@
 
 #include <math.h>
 
+#include "kernels/float_entry.h"
 #include "kernels/generic.h"
 
 /* ---- small helpers ------------------------------------------------------------------------- */
@@ -132,35 +133,7 @@ FX_INLINE void float_matmul(enum fx_type type, const struct fx_mat *w, int64_t r
     }
 }
 
-static void matmul_f32(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
-                       uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride) {
-    float_matmul(FX_TYPE_F32, w, r0, r1, act, act_stride, n_act, out, out_stride);
-}
-
-static void matmul_f16(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
-                       uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride) {
-    float_matmul(FX_TYPE_F16, w, r0, r1, act, act_stride, n_act, out, out_stride);
-}
-
-static void matmul_bf16(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
-                        uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride) {
-    float_matmul(FX_TYPE_BF16, w, r0, r1, act, act_stride, n_act, out, out_stride);
-}
-
-static void vec_dot_f32(int64_t n, float *restrict s, const void *restrict x,
-                        const void *restrict y) {
-    float_tile(FX_TYPE_F32, 1, 1, x, 0, y, 0, n, s, 0);
-}
-
-static void vec_dot_f16(int64_t n, float *restrict s, const void *restrict x,
-                        const void *restrict y) {
-    float_tile(FX_TYPE_F16, 1, 1, x, 0, y, 0, n, s, 0);
-}
-
-static void vec_dot_bf16(int64_t n, float *restrict s, const void *restrict x,
-                         const void *restrict y) {
-    float_tile(FX_TYPE_BF16, 1, 1, x, 0, y, 0, n, s, 0);
-}
+FX_FLOAT_ENTRY_POINTS
 
 /* ---- activation quantizers ----------------------------------------------------------------- */
 
