@@ -25,6 +25,7 @@
 #ifndef FX_TOK_JINJA_H
 #define FX_TOK_JINJA_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -348,8 +349,11 @@ fx_status fx_jinja_parse(const char *src, size_t n, struct fx_jinja_prog **out,
                          struct fx_error *err);
 void fx_jinja_prog_free(struct fx_jinja_prog *p);
 
-/* Line and column (both from 1) of a byte offset, for messages. */
-void fx_jinja_line_col(const char *src, size_t n, size_t pos, unsigned *line, unsigned *col);
+/* Sets err to code with the message "<what>line L, column C: <fmt ...>", L and C (from 1) being
+ * where byte offset pos of the template src[0..n) is; returns code. */
+fx_status fx_jinja_verror(struct fx_error *err, fx_status code, const char *src, size_t n,
+                          size_t pos, const char *what, const char *fmt, va_list ap)
+    __attribute__((format(printf, 7, 0)));
 
 /* ---- rendering ----------------------------------------------------------------------------- */
 

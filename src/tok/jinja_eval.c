@@ -24,14 +24,11 @@ struct fx_jscope {
 };
 
 fx_status fx_jinja_fail(struct fx_jctx *c, uint32_t pos, fx_status code, const char *fmt, ...) {
-    char msg[224];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    fx_status st = fx_jinja_verror(c->err, code, c->prog->src, c->prog->src_len, pos, "", fmt, ap);
     va_end(ap);
-    unsigned line, col;
-    fx_jinja_line_col(c->prog->src, c->prog->src_len, pos, &line, &col);
-    return fx_error_set(c->err, code, pos, "line %u, column %u: %s", line, col, msg);
+    return st;
 }
 
 fx_status fx_jinja_fail_mem(struct fx_jctx *c, uint32_t pos) {

@@ -21,7 +21,8 @@ struct lexer {
     struct fx_error *err;
 };
 
-void fx_jinja_line_col(const char *src, size_t n, size_t pos, unsigned *line, unsigned *col) {
+/* Line and column (both from 1) of byte offset pos. */
+static void line_col(const char *src, size_t n, size_t pos, unsigned *line, unsigned *col) {
     unsigned l = 1, c = 1;
     for (size_t i = 0; i < pos && i < n; i++) {
         if (src[i] == '\n') {
@@ -35,19 +36,25 @@ void fx_jinja_line_col(const char *src, size_t n, size_t pos, unsigned *line, un
     *col = c;
 }
 
+fx_status fx_jinja_verror(struct fx_error *err, fx_status code, const char *src, size_t n,
+                          size_t pos, const char *what, const char *fmt, va_list ap) {
+    char msg[224];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    unsigned line, col;
+    line_col(src, n, pos, &line, &col);
+    return fx_error_set(err, code, pos, "%sline %u, column %u: %s", what, line, col, msg);
+}
+
 static fx_status lex_fail(struct lexer *lx, size_t pos, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static fx_status lex_fail(struct lexer *lx, size_t pos, const char *fmt, ...) {
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    fx_status st = fx_jinja_verror(lx->err, FX_ERR_FORMAT, lx->s, lx->n, pos,
+                                   "template syntax error at ", fmt, ap);
     va_end(ap);
-    unsigned line, col;
-    fx_jinja_line_col(lx->s, lx->n, pos, &line, &col);
-    return fx_error_set(lx->err, FX_ERR_FORMAT, pos,
-                        "template syntax error at line %u, column %u: %s", line, col, msg);
+    return st;
 }
 
 static struct fx_jtoken *push(struct lexer *lx, uint8_t type, size_t pos) {

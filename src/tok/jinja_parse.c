@@ -27,15 +27,12 @@ static fx_status pfail(struct parser *p, size_t pos, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 static fx_status pfail(struct parser *p, size_t pos, const char *fmt, ...) {
-    char msg[200];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    fx_status st = fx_jinja_verror(p->err, FX_ERR_FORMAT, p->src, p->n, pos,
+                                   "template syntax error at ", fmt, ap);
     va_end(ap);
-    unsigned line, col;
-    fx_jinja_line_col(p->src, p->n, pos, &line, &col);
-    return fx_error_set(p->err, FX_ERR_FORMAT, pos,
-                        "template syntax error at line %u, column %u: %s", line, col, msg);
+    return st;
 }
 
 static fx_status pnomem(struct parser *p) {
