@@ -122,27 +122,6 @@ FX_TEST(kernels_quantize_act_q8_k_scale_and_bsums) {
     }
 }
 
-FX_TEST(kernels_share_covers_in_order) {
-    for (int64_t n = 0; n < 200; n += 7) {
-        for (int64_t unit = 1; unit <= 32; unit *= 4) {
-            for (int nth = 1; nth <= 9; nth++) {
-                int64_t next = 0;
-                for (int ith = 0; ith < nth; ith++) {
-                    int64_t b, e;
-                    fx_kernels_share(n, unit, ith, nth, &b, &e);
-                    assert_true(b <= e);
-                    if (b < e) {
-                        assert_int_equal(b, next);
-                        assert_int_equal(b % unit, 0);
-                        next = e;
-                    }
-                }
-                assert_int_equal(next, n);
-            }
-        }
-    }
-}
-
 /* Many rows through the driver, split among workers (more workers than blocks, too), give the
  * bytes of quantizing each row alone. */
 FX_TEST(kernels_quantize_act_driver_splits_rows_and_blocks) {

@@ -297,7 +297,7 @@ typedef uint64_t u64x2 __attribute__((vector_size(16)));
 static void read_body(const struct fx_worker *w, void *arg) {
     struct job *j = arg;
     int64_t b, e;
-    fx_kernels_share((int64_t)(j->buf_bytes / 64), 1, w->ith, w->nth, &b, &e);
+    fx_par_range((int64_t)(j->buf_bytes / 64), w->ith, w->nth, 1, &b, &e);
     fx_par_barrier(w);
     double t0 = now();
     u64x2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;

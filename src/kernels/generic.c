@@ -3,6 +3,7 @@
 #include "kernels/generic.h"
 
 #include "core/error.h"
+#include "core/par.h"
 
 #define WEIGHT(T, vdt, prefix)                                                                     \
     [T] = {.vec_dot_type = vdt,                                                                    \
@@ -60,15 +61,6 @@ const struct fx_kernels fx_kernels_generic = {
     .argmax = fx_argmax_generic,
 };
 
-void fx_kernels_share(int64_t n, int64_t unit, int ith, int nth, int64_t *begin, int64_t *end) {
-    FX_ASSERT(nth >= 1 && ith >= 0 && ith < nth && unit >= 1 && n >= 0);
-    int64_t units = (n + unit - 1) / unit;
-    int64_t per = (units + nth - 1) / nth;
-    int64_t b = (int64_t)ith * per * unit, e = b + per * unit;
-    *begin = b < n ? b : n;
-    *end = e < n ? e : n;
-}
-
 /* Loops the table's vec_dot over a share: weight row r against every activation row, so the
  * row is read from memory once and reused from cache. */
 static void matmul_by_vec_dot(fx_vec_dot_fn vec_dot, const struct fx_mat *w, int64_t r0, int64_t r1,
@@ -87,7 +79,7 @@ void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *a
     const struct fx_type_ops *ops = &k->types[w->type];
     FX_ASSERT(ops->vec_dot != NULL);
     int64_t r0, r1;
-    fx_kernels_share(w->ne1, FX_MATMUL_ROW_UNIT, ith, nth, &r0, &r1);
+    fx_par_range(w->ne1, ith, nth, FX_MATMUL_ROW_UNIT, &r0, &r1);
     if (r0 >= r1 || n_act <= 0)
         return;
     if (ops->matmul)
@@ -106,7 +98,7 @@ void fx_quantize_act(const struct fx_kernels *k, enum fx_type type, const float 
     /* The blocks of all rows, numbered row-major; this worker takes a contiguous range and
      * converts it one row-piece at a time. */
     int64_t per_row = n / qk, b0, b1;
-    fx_kernels_share(n_rows * per_row, 1, ith, nth, &b0, &b1);
+    fx_par_range(n_rows * per_row, ith, nth, 1, &b0, &b1);
     while (b0 < b1) {
         int64_t row = b0 / per_row, first = b0 % per_row;
         int64_t count = per_row - first < b1 - b0 ? per_row - first : b1 - b0;

@@ -190,10 +190,6 @@ const struct fx_kernels *fx_kernels_named(const char *name);
  * interleaved groups of up to 16 rows gets whole groups (the last share may end early). */
 #define FX_MATMUL_ROW_UNIT 16
 
-/* [*begin, *end): worker ith's part (0 <= ith < nth) of n items split in whole units of `unit`
- * items; shares are contiguous, in order, and cover 0..n exactly (some may be empty). */
-void fx_kernels_share(int64_t n, int64_t unit, int ith, int nth, int64_t *begin, int64_t *end);
-
 /* Worker ith's share of out = act * W^T (see fx_matmul_fn): its range of weight rows against
  * all n_act activation rows, each weight row read once for all of them. act holds n_act rows in
  * the vec_dot_type of w->type (f32 rows for F32/F16/BF16 weights), act_stride bytes apart;

@@ -8,6 +8,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "core/par.h"
 #include "kernels/generic.h"
 #include "kernels/half.h"
 
@@ -253,7 +254,7 @@ void fx_mat_pack(const struct fx_kernels *k, const struct fx_mat *w, void *dst, 
     int64_t nb = w->ne0 / fx_type_block_elems(w->type);
     uint64_t panel_bytes = (uint64_t)nb * fx_r16_block_bytes(w->type);
     int64_t p0, p1;
-    fx_kernels_share((w->ne1 + FX_R16_ROWS - 1) / FX_R16_ROWS, 1, ith, nth, &p0, &p1);
+    fx_par_range((w->ne1 + FX_R16_ROWS - 1) / FX_R16_ROWS, ith, nth, 1, &p0, &p1);
     for (int64_t p = p0; p < p1; p++) {
         int64_t row = p * FX_R16_ROWS;
         int n_rows = (int)(w->ne1 - row < FX_R16_ROWS ? w->ne1 - row : FX_R16_ROWS);
