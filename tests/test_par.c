@@ -398,3 +398,54 @@ FX_TEST(par_range_splits_evenly_on_granules) {
                 assert_int_equal(prev_end, n);
             }
 }
+
+/* ---- dynamic sharing ------------------------------------------------------------------------ */
+
+static const int64_t claim_loops[] = {7, 0, 1, 100, 3, 0, 1000, 2};
+#define CLAIM_LOOPS (sizeof claim_loops / sizeof claim_loops[0])
+#define CLAIM_TOTAL (7 + 0 + 1 + 100 + 3 + 0 + 1000 + 2)
+
+struct claims {
+    _Atomic int count[CLAIM_TOTAL]; /* per loop's item, loops one after another */
+    _Atomic int out_of_order;       /* a worker got an item below one it had before */
+};
+
+/* Each loop of claim_loops, separated by barriers; worker 1 dawdles now and then so that the
+ * others take more items. */
+static void claims_fn(const struct fx_worker *w, void *arg) {
+    struct claims *c = arg;
+    int64_t first = 0;
+    for (size_t l = 0; l < CLAIM_LOOPS; l++) {
+        int64_t item, prev = -1;
+        while (fx_par_claim(w, claim_loops[l], &item)) {
+            if (item <= prev || item < 0 || item >= claim_loops[l])
+                atomic_fetch_add(&c->out_of_order, 1);
+            else
+                atomic_fetch_add(&c->count[first + item], 1);
+            prev = item;
+            if (w->ith == 1 && item % 5 == 0)
+                sleep_us(20);
+        }
+        first += claim_loops[l];
+        fx_par_barrier(w);
+    }
+}
+
+FX_TEST(par_claim_hands_out_every_item_once_per_loop) {
+    static const int sizes[] = {1, 2, 3, 5};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        struct fx_pool *pool = make_pool(sizes[s]);
+        for (int run = 0; run < 3; run++) { /* tickets start afresh with each run */
+            struct claims *c = calloc(1, sizeof *c);
+            assert_non_null(c);
+            assert_int_equal(fx_par_run(pool, claims_fn, c), FX_OK);
+            assert_int_equal(atomic_load(&c->out_of_order), 0);
+            for (int64_t i = 0; i < CLAIM_TOTAL; i++)
+                if (atomic_load(&c->count[i]) != 1)
+                    fail_msg("%d workers, run %d: item %lld claimed %d times", sizes[s], run,
+                             (long long)i, atomic_load(&c->count[i]));
+            free(c);
+        }
+        fx_pool_free(pool);
+    }
+}

@@ -12,6 +12,11 @@
  *          is written before it, so a worker that sees the new value sees the job.
  *   done   counts the workers 1..n-1 that have returned from fn; worker 0 waits for n - 1.
  *   gen    the barrier generation, advanced by the last worker to arrive at a barrier.
+ *
+ * fx_par_claim hands out tickets from one counter that only grows during a run: a loop over n
+ * items draws n successful tickets and then exactly one failing ticket per worker, so every
+ * worker knows where the next loop's tickets start (its own base, advanced by n + nth) without
+ * resetting the counter, which would need a barrier of its own.
  */
 #include "core/par.h"
 
@@ -59,6 +64,14 @@ struct fx_pool {
     struct event start, done, gen;
     _Alignas(CACHE_LINE) _Atomic uint32_t arrived; /* workers at the current barrier */
     int64_t bcast[2]; /* fx_par_broadcast's slot, alternating by barrier generation */
+
+    _Alignas(CACHE_LINE) _Atomic int64_t claim_next; /* fx_par_claim's next ticket */
+    struct claim_base *claim_base;                   /* [n]: each worker's first ticket */
+};
+
+/* Where a worker's next claim loop starts; written by that worker only. */
+struct claim_base {
+    _Alignas(CACHE_LINE) int64_t ticket;
 };
 
 static _Atomic uint64_t cold_entries;
@@ -166,6 +179,24 @@ int64_t fx_par_broadcast(const struct fx_worker *w, int64_t value) {
     return pool->bcast[g & 1];
 }
 
+bool fx_par_claim(const struct fx_worker *w, int64_t n, int64_t *item) {
+    int64_t *base = &w->pool->claim_base[w->ith].ticket;
+    int64_t t = atomic_fetch_add_explicit(&w->pool->claim_next, 1, memory_order_relaxed) - *base;
+    if (t < n) {
+        *item = t;
+        return true;
+    }
+    *base += n + w->nth;
+    return false;
+}
+
+/* Before a run: tickets start again from 0. */
+static void reset_claims(struct fx_pool *pool) {
+    atomic_store_explicit(&pool->claim_next, 0, memory_order_relaxed);
+    for (int i = 0; i < pool->n; i++)
+        pool->claim_base[i].ticket = 0;
+}
+
 void fx_par_range(int64_t n, int ith, int nth, int64_t granule, int64_t *begin, int64_t *end) {
     FX_ASSERT(n >= 0 && nth > 0 && ith >= 0 && ith < nth);
     if (granule < 1)
@@ -207,6 +238,7 @@ static void run_on_pool(struct fx_pool *pool, fx_par_fn fn, void *arg, bool stop
     pool->fn = fn;
     pool->arg = arg;
     pool->stop = stop;
+    reset_claims(pool);
     atomic_store_explicit(&pool->done.seq, 0, memory_order_relaxed);
     atomic_fetch_add(&pool->start.seq, 1); /* publishes the job (and done = 0) */
     event_wake(&pool->start);
@@ -225,6 +257,7 @@ fx_status fx_par_run(struct fx_pool *pool, fx_par_fn fn, void *arg) {
         return FX_ERR_INVALID_ARG;
     atomic_fetch_add_explicit(&cold_entries, 1, memory_order_relaxed);
     if (pool->n == 1) {
+        reset_claims(pool);
         inside_pool = 1;
         fn(&pool->workers[0], arg);
         inside_pool = 0;
@@ -254,6 +287,7 @@ void fx_pool_free(struct fx_pool *pool) {
     pthread_mutex_destroy(&pool->entry_lock);
     free(pool->threads);
     free(pool->workers);
+    free(pool->claim_base);
     free(pool);
 }
 
@@ -290,9 +324,12 @@ fx_status fx_pool_create(int n_threads, struct fx_pool **out, struct fx_error *e
     pool->spin_ns = n <= n_cpu ? SPIN_NS : 0;
     pool->threads = calloc((size_t)n, sizeof *pool->threads);
     pool->workers = calloc((size_t)n, sizeof *pool->workers);
-    if (!pool->threads || !pool->workers || pthread_mutex_init(&pool->entry_lock, NULL) != 0) {
+    pool->claim_base = aligned_alloc(CACHE_LINE, (size_t)n * sizeof *pool->claim_base);
+    if (!pool->threads || !pool->workers || !pool->claim_base ||
+        pthread_mutex_init(&pool->entry_lock, NULL) != 0) {
         free(pool->threads);
         free(pool->workers);
+        free(pool->claim_base);
         free(pool);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "worker pool of %d: out of memory", n);
     }

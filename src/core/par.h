@@ -28,6 +28,7 @@
 #ifndef FX_CORE_PAR_H
 #define FX_CORE_PAR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferrox.h"
@@ -70,6 +71,12 @@ void fx_par_barrier(const struct fx_worker *w);
  * workers pass is ignored). */
 int64_t fx_par_broadcast(const struct fx_worker *w, int64_t value);
 
+/* Inside fn: dynamic sharing of n items, for work whose workers may be slowed unevenly (other
+ * processes on the machine) where a static share (fx_par_range) would make the rest wait for the
+ * slowest. Every worker calls it in a loop until it returns false, with the same n; each true
+ * return hands the caller the next unclaimed item in *item (items go out in increasing order,
+ * each to exactly one worker). A barrier must separate one such loop from the next. */
+bool fx_par_claim(const struct fx_worker *w, int64_t n, int64_t *item);
 /* Worker ith's share [*begin, *end) of n items split among nth workers in contiguous chunks
  * whose boundaries are multiples of granule (<= 1: any boundary; the last chunk absorbs a
  * remainder that is not a whole granule). Shares differ by at most one granule, earlier

@@ -94,13 +94,37 @@ const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, c
     return (const uint8_t *)ctx->s.act[t] + (uint64_t)r * *stride;
 }
 
+/* Batches of more rows than this share their matmuls dynamically, in pieces of PIECE_ROWS
+ * weight rows: a piece is then long enough (128 x n_in x n multiply-adds) that claiming it costs
+ * nothing, and a worker that the machine slows down takes fewer pieces instead of making the
+ * others wait. Fewer rows (decode) keep the static split: its pieces would be too short. */
+#define DYNAMIC_MIN_ROWS 8
+#define PIECE_ROWS       128
+_Static_assert(PIECE_ROWS % FX_MATMUL_ROW_UNIT == 0, "pieces start on row units");
+
 void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                               const float *src, int64_t n, int64_t n_in, int nw,
                               const struct fx_mat *const *ws, float *const *outs) {
+    const void *act[FX_DEC_MAX_MATMULS];
+    uint64_t stride[FX_DEC_MAX_MATMULS];
+    int64_t pieces[FX_DEC_MAX_MATMULS + 1] = {0}; /* pieces of matrices before i */
+    FX_ASSERT(nw <= FX_DEC_MAX_MATMULS);
     for (int i = 0; i < nw; i++) {
-        uint64_t stride;
-        const void *act = fx_dec_act_rows(ctx, ws[i]->type, src, n_in, 0, &stride);
-        fx_matmul(ctx->k, ws[i], act, stride, n, outs[i], ws[i]->ne1, w->ith, w->nth);
+        act[i] = fx_dec_act_rows(ctx, ws[i]->type, src, n_in, 0, &stride[i]);
+        pieces[i + 1] = pieces[i] + (ws[i]->ne1 + PIECE_ROWS - 1) / PIECE_ROWS;
+    }
+    if (n > DYNAMIC_MIN_ROWS) {
+        int64_t p;
+        for (int i = 0; fx_par_claim(w, pieces[nw], &p);) {
+            while (p >= pieces[i + 1])
+                i++;
+            int64_t r0 = (p - pieces[i]) * PIECE_ROWS;
+            fx_matmul_rows(ctx->k, ws[i], r0, r0 + PIECE_ROWS, act[i], stride[i], n, outs[i],
+                           ws[i]->ne1);
+        }
+    } else {
+        for (int i = 0; i < nw; i++)
+            fx_matmul(ctx->k, ws[i], act[i], stride[i], n, outs[i], ws[i]->ne1, w->ith, w->nth);
     }
     fx_par_barrier(w);
 }

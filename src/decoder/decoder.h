@@ -128,9 +128,12 @@ void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_cont
                                  float *out, const float *in, const float *weight, int64_t n,
                                  int64_t dim, int nw, const struct fx_mat *const *ws);
 
+/* The most matrices one call of fx_dec_matmuls_on_worker multiplies (Q, K and V). */
+#define FX_DEC_MAX_MATMULS 3
+
 /* outs[i] = src * ws[i]^T for n rows of n_in floats (outs[i] rows ws[i]->ne1 apart), from the
- * activation rows fx_dec_quantize_rows made of src; every worker computes its share of each
- * matmul. Ends with a barrier. */
+ * activation rows fx_dec_quantize_rows made of src; the workers share the matmuls (statically
+ * for a few rows, dynamically for a batch). Ends with a barrier. */
 void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                               const float *src, int64_t n, int64_t n_in, int nw,
                               const struct fx_mat *const *ws, float *const *outs);

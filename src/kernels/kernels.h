@@ -197,6 +197,12 @@ const struct fx_kernels *fx_kernels_named(const char *name);
 void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *act,
                uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride, int ith,
                int nth);
+/* Weight rows [r0, r1) of the same product (r0 a multiple of FX_MATMUL_ROW_UNIT; r1 past the
+ * last row means up to it): a piece of a matmul that workers share dynamically (fx_par_claim).
+ * A row's result is the same whichever piece and worker compute it. */
+void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t r0, int64_t r1,
+                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
+                    int64_t out_stride);
 
 /* Worker ith's share of quantizing n_rows rows of n f32 (src_stride floats apart) into `type`
  * (an activation format, n a whole number of its blocks), rows dst_stride bytes apart. The rows'
