@@ -185,7 +185,8 @@ FX_TEST(kernels_matmul_long_rows_few_activations) {
 
 /* Big batches: pairs of panels run as wide tiles (two panels against 4 activation rows), the
  * second panel of a pair partial (57 rows: the pair of rows 32..56 has 25), and more activation
- * rows than one chunk of the driver holds (70: 64 and 6 for the 32-wide formats). */
+ * rows than one chunk of the driver holds (70: 64 and 6 for the 32-wide formats); 200 rows are
+ * two groups of the driver (128 and 72 rows, the last panel alone and partial). */
 FX_TEST(kernels_matmul_wide_tiles_partial_pairs_and_chunks) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
@@ -193,8 +194,9 @@ FX_TEST(kernels_matmul_wide_tiles_partial_pairs_and_chunks) {
     for (int k = 0; k < n_tables; k++)
         for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++)
             if (fx_type_block_elems(weight_types[ti]) > 1)
-                check_matmul(tables[k], weight_types[ti], row_len(weight_types[ti], 1), 57, 70,
-                             &rng);
+                for (int rows = 57; rows <= 200; rows += 143)
+                    check_matmul(tables[k], weight_types[ti], row_len(weight_types[ti], 1), rows,
+                                 70, &rng);
 }
 
 /* The SIMD tables run the same float sequence for the quantized formats (r16.h), so where both

@@ -98,15 +98,16 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     }
 }
 
-/* This worker's share of the (block of rows, KV head) pairs. Causal rows cost in proportion to
- * their position, so the pairs are dealt round-robin (a contiguous split would leave the last
- * rows, the most expensive, to the last worker). */
+/* This worker's share of the (block of rows, KV head) pairs, claimed dynamically (a worker the
+ * machine slows down takes fewer). Causal rows cost in proportion to their position, so the
+ * last blocks go first and the cheap early ones fill the end. */
 static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
     int64_t n_items = (c->n + FX_ATT_BLOCK_ROWS - 1) / FX_ATT_BLOCK_ROWS * hp->n_head_kv;
     float *state = ctx->s.attn_state + (int64_t)w->ith * ctx->attn_state_per_worker;
-    for (int64_t item = w->ith; item < n_items; item += w->nth) {
+    for (int64_t claimed; fx_par_claim(w, n_items, &claimed);) {
+        int64_t item = n_items - 1 - claimed;
         int64_t i0 = item / hp->n_head_kv * FX_ATT_BLOCK_ROWS;
         int64_t n = c->n - i0 < FX_ATT_BLOCK_ROWS ? c->n - i0 : FX_ATT_BLOCK_ROWS;
         attend_block(ctx, c, il, (int)(item % hp->n_head_kv), i0, n, state);
