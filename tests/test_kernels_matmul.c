@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "kernels_ref.h"
@@ -57,14 +58,22 @@ static uint8_t *make_acts(const struct fx_kernels *k, enum fx_type at, const flo
 }
 
 /* out = act * w^T by every worker of an nth split (in reverse order: shares are independent),
- * out_stride = w->ne1 + 3, everything else left as SENTINEL. */
+ * out_stride = w->ne1 + 3, everything else left as SENTINEL; with meta, each share is a piece of
+ * fx_matmul_rows given the activations' metadata. */
 static void run_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *act,
-                       uint64_t act_stride, int64_t n_act, float *out, int nth) {
+                       uint64_t act_stride, int64_t n_act, float *out, int nth, const void *meta) {
     int64_t out_stride = w->ne1 + 3;
     for (int64_t i = 0; i < out_stride * n_act; i++)
         out[i] = SENTINEL;
-    for (int ith = nth - 1; ith >= 0; ith--)
-        fx_matmul(k, w, act, act_stride, n_act, out, out_stride, ith, nth);
+    for (int ith = nth - 1; ith >= 0; ith--) {
+        if (!meta) {
+            fx_matmul(k, w, act, act_stride, n_act, out, out_stride, ith, nth);
+            continue;
+        }
+        int64_t r0, r1;
+        fx_par_range(w->ne1, ith, nth, FX_MATMUL_ROW_UNIT, &r0, &r1);
+        fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, meta);
+    }
 }
 
 static bool same_bits(float a, float b) {
@@ -99,19 +108,30 @@ static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n,
             k->types[wt].vec_dot(n, &dots[j * n_rows + r],
                                  (const uint8_t *)w.data + r * w.row_bytes,
                                  (const uint8_t *)a + j * stride);
-    run_matmul(g, &w, a, stride, n_act, gen, 1);
+    run_matmul(g, &w, a, stride, n_act, gen, 1, NULL);
 
     /* The packed copy, when the table has a layout for this format. */
     uint64_t pbytes = fx_mat_pack_bytes(k, &w);
     void *packed = pbytes ? kref_alloc(pbytes, 4) : NULL;
     if (packed)
         fx_mat_pack(k, &w, packed, 0, 1);
+    /* The activations' metadata made once, as the decoder passes it to its matmuls' pieces. */
+    uint8_t *meta = NULL;
+    if (k->types[wt].act_meta) {
+        meta = malloc((size_t)(n_act * fx_act_meta_bytes(n)));
+        assert_non_null(meta);
+        for (int64_t j = 0; j < n_act; j++)
+            k->types[wt].act_meta((const uint8_t *)a + j * stride, n,
+                                  meta + j * fx_act_meta_bytes(n));
+    }
     for (int pk = 0; pk < (packed ? 2 : 1); pk++) {
         struct fx_mat m = w;
         if (pk)
             fx_mat_set_packed(k, &m, packed);
-        for (int nth = 1; nth <= 3; nth += 2) {
-            run_matmul(k, &m, a, stride, n_act, out, nth);
+        /* Split 1 and 3 ways, then 3 ways with the metadata given. */
+        for (int v = 0; v < (meta ? 3 : 2); v++) {
+            int nth = v == 0 ? 1 : 3;
+            run_matmul(k, &m, a, stride, n_act, out, nth, v == 2 ? meta : NULL);
             for (int64_t j = 0; j < n_act; j++)
                 for (int64_t r = 0; r < out_stride; r++) {
                     float got = out[j * out_stride + r];
@@ -121,10 +141,11 @@ static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n,
                         continue;
                     }
                     if (!same_bits(got, dots[j * n_rows + r]))
-                        fail_msg("%s %s n=%lld packed=%d nth=%d row %lld act %lld: matmul %a, "
-                                 "vec_dot %a",
-                                 k->name, fx_type_name(wt), (long long)n, pk, nth, (long long)r,
-                                 (long long)j, (double)got, (double)dots[j * n_rows + r]);
+                        fail_msg("%s %s n=%lld packed=%d nth=%d meta=%d row %lld act %lld: "
+                                 "matmul %a, vec_dot %a",
+                                 k->name, fx_type_name(wt), (long long)n, pk, nth, v == 2,
+                                 (long long)r, (long long)j, (double)got,
+                                 (double)dots[j * n_rows + r]);
                 }
             /* One activation row alone (the decode path) gives the same bits. */
             float *one = malloc((size_t)n_rows * sizeof *one);
@@ -151,6 +172,7 @@ static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n,
                          k->name, fx_type_name(wt), (long long)n, (long long)r, (long long)j, got,
                          ref_g, want, mag);
         }
+    free(meta);
     kref_free(packed);
     kref_free(act);
     kref_free((void *)w.data);
@@ -222,8 +244,8 @@ FX_TEST(kernels_simd_tables_agree_on_quantized_formats) {
         kref_normal(x, n * n_act, &rng);
         uint64_t stride;
         uint8_t *act = make_acts(avx2, avx2->types[wt].vec_dot_type, x, n, n_act, &stride);
-        run_matmul(avx2, &w, act, stride, n_act, o2, 2);
-        run_matmul(avx512, &w, act, stride, n_act, o5, 1);
+        run_matmul(avx2, &w, act, stride, n_act, o2, 2, NULL);
+        run_matmul(avx512, &w, act, stride, n_act, o5, 1, NULL);
         if (memcmp(o2, o5, (size_t)((n_rows + 3) * n_act) * sizeof *o2) != 0)
             fail_msg("%s: avx2 and avx512 differ", fx_type_name(wt));
         kref_free(act);

@@ -46,9 +46,21 @@ static int model_mats(const struct fx_model *m, int il, const struct fx_mat **ou
     return n;
 }
 
+/* Widens widest[activation format] and, when w's format reads activation metadata,
+ * widest_w[weight format] to w's input. */
+static void note_input(const struct fx_kernels *k, const struct fx_mat *w, uint64_t *widest,
+                       uint64_t *widest_w) {
+    enum fx_type t = k->types[w->type].vec_dot_type;
+    if ((uint64_t)w->ne0 > widest[t])
+        widest[t] = (uint64_t)w->ne0;
+    if (k->types[w->type].act_meta && (uint64_t)w->ne0 > widest_w[w->type])
+        widest_w[w->type] = (uint64_t)w->ne0;
+}
+
 /* Offsets of every buffer in the arena, in the order they are planned. */
 struct layout {
     uint64_t x, xn, q, k, v, att, h, gate, up, attn_state, act[FX_TYPE_COUNT];
+    uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
 };
 
@@ -75,23 +87,22 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->attn_state = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->attn_state_per_worker, f4);
 
     /* An activation buffer per format in use, wide enough for the widest input of any matrix
-     * dotted in that format. */
-    uint64_t widest[FX_TYPE_COUNT] = {0};
+     * dotted in that format, and a metadata buffer per weight format that reads some, wide
+     * enough for its widest input. */
+    uint64_t widest[FX_TYPE_COUNT] = {0}, widest_w[FX_TYPE_COUNT] = {0};
     const struct fx_mat *mats[16];
     for (int il = 0; il < hp->n_layer; il++) {
         int n = model_mats(m, il, mats);
-        for (int i = 0; i < n; i++) {
-            enum fx_type t = ctx->k->types[mats[i]->type].vec_dot_type;
-            if ((uint64_t)mats[i]->ne0 > widest[t])
-                widest[t] = (uint64_t)mats[i]->ne0;
-        }
+        for (int i = 0; i < n; i++)
+            note_input(ctx->k, mats[i], widest, widest_w);
     }
-    enum fx_type out_t = ctx->k->types[m->output.type].vec_dot_type;
-    if ((uint64_t)m->output.ne0 > widest[out_t])
-        widest[out_t] = (uint64_t)m->output.ne0;
+    note_input(ctx->k, &m->output, widest, widest_w);
     for (int t = 0; t < FX_TYPE_COUNT; t++) {
         uint64_t row = 0;
         o->act[t] = UINT64_MAX;
+        o->act_meta[t] = UINT64_MAX;
+        if (widest_w[t] != 0)
+            o->act_meta[t] = reserve(p, nf, fx_act_meta_bytes((int64_t)widest_w[t]));
         if (t == FX_TYPE_F32 || widest[t] == 0)
             continue;
         if (!fx_type_row_bytes((enum fx_type)t, (int64_t)widest[t], &row))
@@ -206,8 +217,10 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->gate = (float *)(base + o.gate);
     s->up = (float *)(base + o.up);
     s->attn_state = (float *)(base + o.attn_state);
-    for (int t = 0; t < FX_TYPE_COUNT; t++)
+    for (int t = 0; t < FX_TYPE_COUNT; t++) {
         s->act[t] = o.act[t] == UINT64_MAX ? NULL : base + o.act[t];
+        s->act_meta[t] = o.act_meta[t] == UINT64_MAX ? NULL : base + o.act_meta[t];
+    }
     s->router = (float *)(base + o.router);
     s->sel = (int32_t *)(base + o.sel);
     s->sel_w = (float *)(base + o.sel_w);

@@ -70,6 +70,18 @@ void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_
         for (int64_t r = r0; r < r1; r++)
             k->types[t].quantize_act(src + r * n_in, (uint8_t *)ctx->s.act[t] + r * stride, n_in);
     }
+    /* The rows' metadata for each weight format that reads some, from the rows just made. */
+    uint64_t meta_done = 0; /* bit t: metadata made for weight format t */
+    for (int i = 0; i < nw; i++) {
+        enum fx_type wt = ws[i]->type, t = k->types[wt].vec_dot_type;
+        if (!k->types[wt].act_meta || (meta_done >> wt) & 1)
+            continue;
+        meta_done |= 1ull << wt;
+        uint64_t stride = act_row_bytes(t, n_in), meta_stride = fx_act_meta_bytes(n_in);
+        for (int64_t r = r0; r < r1; r++)
+            k->types[wt].act_meta((uint8_t *)ctx->s.act[t] + r * stride, n_in,
+                                  (uint8_t *)ctx->s.act_meta[wt] + r * meta_stride);
+    }
 }
 
 void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
@@ -120,7 +132,7 @@ void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context
                 i++;
             int64_t r0 = (p - pieces[i]) * PIECE_ROWS;
             fx_matmul_rows(ctx->k, ws[i], r0, r0 + PIECE_ROWS, act[i], stride[i], n, outs[i],
-                           ws[i]->ne1);
+                           ws[i]->ne1, ctx->s.act_meta[ws[i]->type]);
         }
     } else {
         for (int i = 0; i < nw; i++)

@@ -42,6 +42,10 @@ struct fx_scratch {
      * it does not use, and for F32, which reads the f32 rows directly):
      * [n_ffn_rows][act_row_bytes[type]]. */
     void *act[FX_TYPE_COUNT];
+    /* The metadata of those rows for each weight format whose matmul reads some (NULL for the
+     * others), made once per row for all the pieces of a batch's matmuls:
+     * [n_ffn_rows][fx_act_meta_bytes(row length)]. */
+    void *act_meta[FX_TYPE_COUNT];
     /* Mixture of experts. */
     float *router;        /* [n_batch][n_expert] router logits */
     int32_t *sel;         /* [n_batch][n_expert_used] selected experts, best first */

@@ -47,12 +47,13 @@ static void merge(struct fx_kernels *t, const struct fx_kernels *over,
             d->from_float = o->from_float;
         if (o->quantize_act)
             d->quantize_act = o->quantize_act;
-        /* vec_dot, matmul and the packing matmul reads go together: matmul must equal vec_dot
-         * bit for bit, so a table that brings its own vec_dot brings its matmul too (or none,
-         * and fx_matmul loops over the new vec_dot). */
+        /* vec_dot, matmul, the packing matmul reads and the activation metadata it takes go
+         * together: matmul must equal vec_dot bit for bit, so a table that brings its own
+         * vec_dot brings its matmul too (or none, and fx_matmul loops over the new vec_dot). */
         if (o->vec_dot) {
             d->vec_dot = o->vec_dot;
             d->matmul = o->matmul;
+            d->act_meta = o->act_meta;
             d->pack_kind = o->pack_kind;
         }
     }

@@ -75,7 +75,7 @@ static void matmul_by_vec_dot(fx_vec_dot_fn vec_dot, const struct fx_mat *w, int
 
 void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                     const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                    int64_t out_stride) {
+                    int64_t out_stride, const void *meta) {
     const struct fx_type_ops *ops = &k->types[w->type];
     if (r1 > w->ne1)
         r1 = w->ne1;
@@ -83,7 +83,7 @@ void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t 
         return;
     FX_ASSERT(ops->vec_dot != NULL && r0 % FX_MATMUL_ROW_UNIT == 0);
     if (ops->matmul)
-        ops->matmul(w, r0, r1, act, act_stride, n_act, out, out_stride);
+        ops->matmul(w, r0, r1, act, act_stride, n_act, out, out_stride, meta);
     else
         matmul_by_vec_dot(ops->vec_dot, w, r0, r1, act, act_stride, n_act, out, out_stride);
 }
@@ -93,7 +93,7 @@ void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *a
                int nth) {
     int64_t r0, r1;
     fx_par_range(w->ne1, ith, nth, FX_MATMUL_ROW_UNIT, &r0, &r1);
-    fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride);
+    fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, NULL);
 }
 
 void fx_quantize_act(const struct fx_kernels *k, enum fx_type type, const float *src,

@@ -53,10 +53,17 @@ typedef void (*fx_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict
                               const void *restrict y);
 /* One share of out = act * W^T: for weight rows r0 <= r < r1 and activation rows 0 <= j < n_act,
  * out[j * out_stride + r] = dot(W row r, act row j). r0 is a multiple of FX_MATMUL_ROW_UNIT.
- * Activation rows are in vec_dot_type, act_stride bytes apart. Must equal the table's vec_dot
- * bit for bit, packed or not (the contract above). */
+ * Activation rows are in vec_dot_type, act_stride bytes apart; meta is NULL or their metadata
+ * from the type's act_meta, rows fx_act_meta_bytes(w->ne0) apart. Must equal the table's vec_dot
+ * bit for bit, packed or not, with or without meta (the contract above). */
 typedef void (*fx_matmul_fn)(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
-                             uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride);
+                             uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride,
+                             const void *meta);
+/* What a weight type's matmul reads of an activation row besides its codes (for the R16 formats
+ * dotted with Q8_0 and Q8_1 rows: each block's scale as f32, and its code sum times the weight
+ * codes' offset): computed once per row into meta, fx_act_meta_bytes(n) bytes, and shared by all
+ * the pieces of a matmul, which would otherwise each derive it again. */
+typedef void (*fx_act_meta_fn)(const void *act, int64_t n, void *meta);
 
 /* out[i] = f(x[i]); out may be x. */
 typedef void (*fx_unary_fn)(float *out, const float *x, int64_t n);
@@ -86,7 +93,8 @@ struct fx_type_ops {
      *   F32: a copy. */
     fx_from_float_fn quantize_act;
     fx_vec_dot_fn vec_dot;
-    fx_matmul_fn matmul; /* NULL: fx_matmul loops over vec_dot */
+    fx_matmul_fn matmul;     /* NULL: fx_matmul loops over vec_dot */
+    fx_act_meta_fn act_meta; /* NULL: the matmul needs no activation metadata */
     /* The packed layout this table's matmul reads (enum fx_pack_kind); FX_PACK_NONE when it
      * reads `data` only. */
     uint32_t pack_kind;
@@ -199,10 +207,14 @@ void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *a
                int nth);
 /* Weight rows [r0, r1) of the same product (r0 a multiple of FX_MATMUL_ROW_UNIT; r1 past the
  * last row means up to it): a piece of a matmul that workers share dynamically (fx_par_claim).
- * A row's result is the same whichever piece and worker compute it. */
+ * A row's result is the same whichever piece and worker compute it. meta: NULL, or the
+ * activation rows' metadata when w's type has act_meta (see fx_act_meta_fn). */
 void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                     const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                    int64_t out_stride);
+                    int64_t out_stride, const void *meta);
+
+/* Bytes of the metadata of an activation row of n elements (fx_act_meta_fn). */
+uint64_t fx_act_meta_bytes(int64_t n);
 
 /* Worker ith's share of quantizing n_rows rows of n f32 (src_stride floats apart) into `type`
  * (an activation format, n a whole number of its blocks), rows dst_stride bytes apart. The rows'

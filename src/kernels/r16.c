@@ -400,9 +400,44 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
+/* Many activation rows, or their metadata given ([n_act][nb], rows nb entries apart): group by
+ * group of weight rows, chunk by chunk of activation rows and run by run, each pair of panels'
+ * run stays in L1 while every tile of the chunk's activation rows passes, and the group's
+ * weights stay in L2 while every chunk passes. Without given metadata, each run's is computed
+ * for the chunk's rows. */
+static void run_groups(const struct r16_job *j, int64_t r0, int64_t r1, int64_t n_act,
+                       const struct fx_r16_meta *given) {
+    int64_t run = RUN_BIG / fx_type_block_elems(j->w->type);
+    for (int64_t g0 = r0; g0 < r1; g0 += GROUP_ROWS) {
+        int64_t g1 = r1 - g0 < GROUP_ROWS ? r1 : g0 + GROUP_ROWS;
+        for (int64_t a0 = 0; a0 < n_act; a0 += CHUNK_ROWS) {
+            int64_t na = n_act - a0 < CHUNK_ROWS ? n_act - a0 : CHUNK_ROWS;
+            for (int64_t c0 = 0; c0 < j->nb; c0 += run) {
+                int64_t nc = j->nb - c0 < run ? j->nb - c0 : run;
+                const struct fx_r16_meta *meta = j->meta;
+                int64_t meta_stride = run;
+                if (given) {
+                    meta = given + a0 * j->nb + c0;
+                    meta_stride = j->nb;
+                } else {
+                    fill_meta(j, a0, na, c0, nc, j->meta, run);
+                }
+                for (int64_t row = g0; row < g1; row += 2 * FX_R16_ROWS) {
+                    const uint8_t *wp[2];
+                    int np = row + FX_R16_ROWS < g1 ? 2 : 1;
+                    for (int i = 0; i < np; i++)
+                        wp[i] = panel_run(j, row + i * FX_R16_ROWS, c0, nc,
+                                          j->buf + (size_t)i * (size_t)nc * j->pbytes);
+                    run_chunk(j, wp, np, row, c0, nc, a0, na, meta, meta_stride);
+                }
+            }
+        }
+    }
+}
+
 void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                   int64_t out_stride) {
+                   int64_t out_stride, const struct fx_r16_meta *given) {
     _Alignas(64) uint8_t buf[PACK_BUF_BYTES];
     struct fx_r16_meta meta[META_ENTRIES];
     int64_t qk = fx_type_block_elems(w->type);
@@ -424,7 +459,9 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
         .meta = meta,
     };
     bool packed = w->packed && w->pack_kind == FX_PACK_R16;
-    if (n_act <= FX_R16_MAX_ACT) {
+    if (!k->meta) /* the K formats' Q8_K blocks carry what they need */
+        given = NULL;
+    if (n_act <= FX_R16_MAX_ACT && !given) {
         /* One tile of activation rows: their metadata for as long a span of the row as fits
          * (usually all of it), then each panel streams through that span in runs. */
         int64_t run = RUN_SMALL / qk;
@@ -443,28 +480,7 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
         }
         return;
     }
-    /* Many activation rows: group by group of weight rows, chunk by chunk of activation rows
-     * and run by run, each pair of panels' run stays in L1 while every tile of the chunk's
-     * activation rows passes, and the group's weights stay in L2 while every chunk passes. */
-    int64_t run = RUN_BIG / qk;
-    for (int64_t g0 = r0; g0 < r1; g0 += GROUP_ROWS) {
-        int64_t g1 = r1 - g0 < GROUP_ROWS ? r1 : g0 + GROUP_ROWS;
-        for (int64_t a0 = 0; a0 < n_act; a0 += CHUNK_ROWS) {
-            int64_t na = n_act - a0 < CHUNK_ROWS ? n_act - a0 : CHUNK_ROWS;
-            for (int64_t c0 = 0; c0 < j.nb; c0 += run) {
-                int64_t nc = j.nb - c0 < run ? j.nb - c0 : run;
-                fill_meta(&j, a0, na, c0, nc, meta, run);
-                for (int64_t row = g0; row < g1; row += 2 * FX_R16_ROWS) {
-                    const uint8_t *wp[2];
-                    int np = row + FX_R16_ROWS < g1 ? 2 : 1;
-                    for (int i = 0; i < np; i++)
-                        wp[i] = panel_run(&j, row + i * FX_R16_ROWS, c0, nc,
-                                          buf + (size_t)i * (size_t)nc * j.pbytes);
-                    run_chunk(&j, wp, np, row, c0, nc, a0, na, meta, run);
-                }
-            }
-        }
-    }
+    run_groups(&j, r0, r1, n_act, given);
 }
 
 void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const void *x,
@@ -472,7 +488,15 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
     uint64_t row_bytes =
         (uint64_t)(n / fx_type_block_elems(k->type)) * (uint64_t)fx_type_block_bytes(k->type);
     struct fx_mat w = {.type = k->type, .ne0 = n, .ne1 = 1, .row_bytes = row_bytes, .data = x};
-    fx_r16_matmul(k, &w, 0, 1, y, 0, 1, s, 0);
+    fx_r16_matmul(k, &w, 0, 1, y, 0, 1, s, 0, NULL);
+}
+
+void fx_r16_act_meta(const struct fx_r16_kernel *k, const void *act, int64_t n, void *meta) {
+    k->meta(act, n / fx_type_block_elems(k->type), fx_r16_bias(k->type), meta);
+}
+
+uint64_t fx_act_meta_bytes(int64_t n) {
+    return (uint64_t)(n / FX_QK) * sizeof(struct fx_r16_meta);
 }
 
 void fx_r16_meta_q8_1(const uint8_t *act, int64_t n_blocks, int32_t bias,

@@ -163,10 +163,14 @@ struct fx_r16_kernel {
 };
 
 /* An fx_matmul_fn body for R16 kernels: reads w->packed when it is R16, and otherwise packs the
- * rows it needs, a piece at a time, on the stack. */
+ * rows it needs, a piece at a time, on the stack; the activations' metadata from meta ([n_act]
+ * rows of ne0 / 32 entries) when given, else computed a run at a time. */
 void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                   int64_t out_stride);
+                   int64_t out_stride, const struct fx_r16_meta *meta);
+
+/* An fx_act_meta_fn body: k->meta over the row's blocks, with the format's code offset. */
+void fx_r16_act_meta(const struct fx_r16_kernel *k, const void *act, int64_t n, void *meta);
 
 /* An fx_vec_dot_fn body: the matmul of one weight row and one activation row. */
 void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const void *x,
@@ -181,23 +185,36 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
                                const void *restrict y) {                                           \
         fx_r16_vec_dot(&table[FX_TYPE_##TYPE], n, s, x, y);                                        \
     }
+#define FX_R16_ACT_META(table, name, TYPE)                                                         \
+    static void act_meta_##name(const void *act, int64_t n, void *meta) {                          \
+        fx_r16_act_meta(&table[FX_TYPE_##TYPE], act, n, meta);                                     \
+    }                                                                                              \
+    FX_R16_VEC_DOT(table, name, TYPE)
 #define FX_R16_ENTRY_POINTS(table)                                                                 \
     static void matmul_r16(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,        \
-                           uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride) {   \
-        fx_r16_matmul(&table[w->type], w, r0, r1, act, act_stride, n_act, out, out_stride);        \
+                           uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride,     \
+                           const void *meta) {                                                     \
+        fx_r16_matmul(&table[w->type], w, r0, r1, act, act_stride, n_act, out, out_stride, meta);  \
     }                                                                                              \
-    FX_R16_VEC_DOT(table, q8_0, Q8_0)                                                              \
-    FX_R16_VEC_DOT(table, q4_0, Q4_0)                                                              \
-    FX_R16_VEC_DOT(table, q4_1, Q4_1)                                                              \
-    FX_R16_VEC_DOT(table, q5_0, Q5_0)                                                              \
-    FX_R16_VEC_DOT(table, q5_1, Q5_1)                                                              \
-    FX_R16_VEC_DOT(table, mxfp4, MXFP4)                                                            \
+    FX_R16_ACT_META(table, q8_0, Q8_0)                                                             \
+    FX_R16_ACT_META(table, q4_0, Q4_0)                                                             \
+    FX_R16_ACT_META(table, q4_1, Q4_1)                                                             \
+    FX_R16_ACT_META(table, q5_0, Q5_0)                                                             \
+    FX_R16_ACT_META(table, q5_1, Q5_1)                                                             \
+    FX_R16_ACT_META(table, mxfp4, MXFP4)                                                           \
     FX_R16_VEC_DOT(table, q2_K, Q2_K)                                                              \
     FX_R16_VEC_DOT(table, q3_K, Q3_K)                                                              \
     FX_R16_VEC_DOT(table, q4_K, Q4_K)                                                              \
     FX_R16_VEC_DOT(table, q5_K, Q5_K)                                                              \
     FX_R16_VEC_DOT(table, q6_K, Q6_K)
+/* The 32-wide formats, whose activations carry metadata, and the K formats, whose Q8_K blocks
+ * hold what they need. */
 #define FX_R16_OPS(name)                                                                           \
+    {                                                                                              \
+        .vec_dot = vec_dot_##name, .matmul = matmul_r16, .act_meta = act_meta_##name,              \
+        .pack_kind = FX_PACK_R16                                                                   \
+    }
+#define FX_R16_K_OPS(name)                                                                         \
     { .vec_dot = vec_dot_##name, .matmul = matmul_r16, .pack_kind = FX_PACK_R16 }
 
 #endif
