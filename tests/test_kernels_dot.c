@@ -185,10 +185,11 @@ FX_TEST(kernels_matmul_is_vec_dot_bit_for_bit) {
                 for (int64_t i = 0; i < out_stride * n_act; i++)
                     out[i] = -12345.0f; /* sentinel */
                 for (int ith = 0; ith < nth; ith++)
-                    fx_matmul(t, &mat, act, act_bytes, n_act, out, out_stride, ith, nth);
+                    fx_matmul(t, &mat, act, act_bytes, n_act, out, out_stride, ith, nth, NULL);
                 for (int64_t j = 0; j < n_act; j++) {
                     for (int ith = 0; ith < nth; ith++)
-                        fx_matmul(t, &mat, act + j * act_bytes, act_bytes, 1, one, 0, ith, nth);
+                        fx_matmul(t, &mat, act + j * act_bytes, act_bytes, 1, one, 0, ith, nth,
+                                  NULL);
                     for (int64_t r = 0; r < out_stride; r++) {
                         float got = out[j * out_stride + r];
                         if (r >= n_rows) {

@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/par.h"
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 #include "kernels_ref.h"
@@ -58,22 +57,15 @@ static uint8_t *make_acts(const struct fx_kernels *k, enum fx_type at, const flo
 }
 
 /* out = act * w^T by every worker of an nth split (in reverse order: shares are independent),
- * out_stride = w->ne1 + 3, everything else left as SENTINEL; with meta, each share is a piece of
- * fx_matmul_rows given the activations' metadata. */
+ * out_stride = w->ne1 + 3, everything else left as SENTINEL; meta: NULL or the activations'
+ * metadata. */
 static void run_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *act,
                        uint64_t act_stride, int64_t n_act, float *out, int nth, const void *meta) {
     int64_t out_stride = w->ne1 + 3;
     for (int64_t i = 0; i < out_stride * n_act; i++)
         out[i] = SENTINEL;
-    for (int ith = nth - 1; ith >= 0; ith--) {
-        if (!meta) {
-            fx_matmul(k, w, act, act_stride, n_act, out, out_stride, ith, nth);
-            continue;
-        }
-        int64_t r0, r1;
-        fx_par_range(w->ne1, ith, nth, FX_MATMUL_ROW_UNIT, &r0, &r1);
-        fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, meta);
-    }
+    for (int ith = nth - 1; ith >= 0; ith--)
+        fx_matmul(k, w, act, act_stride, n_act, out, out_stride, ith, nth, meta);
 }
 
 static bool same_bits(float a, float b) {
@@ -151,8 +143,10 @@ static void check_matmul(const struct fx_kernels *k, enum fx_type wt, int64_t n,
             float *one = malloc((size_t)n_rows * sizeof *one);
             assert_non_null(one);
             int64_t jj = n_act / 2;
+            const uint8_t *meta_jj = v == 2 ? meta + jj * fx_act_meta_bytes(n) : NULL;
             for (int ith = 0; ith < nth; ith++)
-                fx_matmul(k, &m, (const uint8_t *)a + jj * stride, stride, 1, one, 0, ith, nth);
+                fx_matmul(k, &m, (const uint8_t *)a + jj * stride, stride, 1, one, 0, ith, nth,
+                          meta_jj);
             for (int64_t r = 0; r < n_rows; r++)
                 if (!same_bits(one[r], out[jj * out_stride + r]))
                     fail_msg("%s %s packed=%d: one row %a, batched %a", k->name, fx_type_name(wt),

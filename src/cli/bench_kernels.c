@@ -281,7 +281,7 @@ static void matmul_body(const struct fx_worker *w, void *arg) {
             act = j->act;
             stride = j->act_stride;
         }
-        fx_matmul(j->k, m, act, stride, j->rows, j->out, m->ne1, w->ith, w->nth);
+        fx_matmul(j->k, m, act, stride, j->rows, j->out, m->ne1, w->ith, w->nth, NULL);
         fx_par_barrier(w);
     }
     if (w->ith == 0)

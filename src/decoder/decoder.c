@@ -77,10 +77,10 @@ void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_
         if (!k->types[wt].act_meta || (meta_done >> wt) & 1)
             continue;
         meta_done |= 1ull << wt;
-        uint64_t stride = act_row_bytes(t, n_in), meta_stride = fx_act_meta_bytes(n_in);
+        uint64_t stride = act_row_bytes(t, n_in);
         for (int64_t r = r0; r < r1; r++)
             k->types[wt].act_meta((uint8_t *)ctx->s.act[t] + r * stride, n_in,
-                                  (uint8_t *)ctx->s.act_meta[wt] + r * meta_stride);
+                                  fx_dec_act_meta(ctx, wt, n_in, r));
     }
 }
 
@@ -106,6 +106,11 @@ const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, c
     return (const uint8_t *)ctx->s.act[t] + (uint64_t)r * *stride;
 }
 
+void *fx_dec_act_meta(const struct fx_context *ctx, enum fx_type w_type, int64_t n_in, int64_t r) {
+    uint8_t *meta = ctx->s.act_meta[w_type];
+    return meta ? meta + (uint64_t)r * fx_act_meta_bytes(n_in) : NULL;
+}
+
 /* Batches of more rows than this share their matmuls dynamically, in pieces of PIECE_ROWS
  * weight rows: a piece is then long enough (128 x n_in x n multiply-adds) that claiming it costs
  * nothing, and a worker that the machine slows down takes fewer pieces instead of making the
@@ -117,12 +122,13 @@ _Static_assert(PIECE_ROWS % FX_MATMUL_ROW_UNIT == 0, "pieces start on row units"
 void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                               const float *src, int64_t n, int64_t n_in, int nw,
                               const struct fx_mat *const *ws, float *const *outs) {
-    const void *act[FX_DEC_MAX_MATMULS];
+    const void *act[FX_DEC_MAX_MATMULS], *meta[FX_DEC_MAX_MATMULS];
     uint64_t stride[FX_DEC_MAX_MATMULS];
     int64_t pieces[FX_DEC_MAX_MATMULS + 1] = {0}; /* pieces of matrices before i */
     FX_ASSERT(nw <= FX_DEC_MAX_MATMULS);
     for (int i = 0; i < nw; i++) {
         act[i] = fx_dec_act_rows(ctx, ws[i]->type, src, n_in, 0, &stride[i]);
+        meta[i] = fx_dec_act_meta(ctx, ws[i]->type, n_in, 0);
         pieces[i + 1] = pieces[i] + (ws[i]->ne1 + PIECE_ROWS - 1) / PIECE_ROWS;
     }
     if (n > DYNAMIC_MIN_ROWS) {
@@ -132,11 +138,12 @@ void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context
                 i++;
             int64_t r0 = (p - pieces[i]) * PIECE_ROWS;
             fx_matmul_rows(ctx->k, ws[i], r0, r0 + PIECE_ROWS, act[i], stride[i], n, outs[i],
-                           ws[i]->ne1, ctx->s.act_meta[ws[i]->type]);
+                           ws[i]->ne1, meta[i]);
         }
     } else {
         for (int i = 0; i < nw; i++)
-            fx_matmul(ctx->k, ws[i], act[i], stride[i], n, outs[i], ws[i]->ne1, w->ith, w->nth);
+            fx_matmul(ctx->k, ws[i], act[i], stride[i], n, outs[i], ws[i]->ne1, w->ith, w->nth,
+                      meta[i]);
     }
     fx_par_barrier(w);
 }

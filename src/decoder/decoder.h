@@ -43,7 +43,7 @@ struct fx_scratch {
      * [n_ffn_rows][act_row_bytes[type]]. */
     void *act[FX_TYPE_COUNT];
     /* The metadata of those rows for each weight format whose matmul reads some (NULL for the
-     * others), made once per row for all the pieces of a batch's matmuls:
+     * others), made once per row for every matmul (and piece of one) that reads the row:
      * [n_ffn_rows][fx_act_meta_bytes(row length)]. */
     void *act_meta[FX_TYPE_COUNT];
     /* Mixture of experts. */
@@ -146,6 +146,10 @@ void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context
  * rows (src itself for f32). */
 const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
                             int64_t n_in, int64_t r, uint64_t *stride);
+
+/* Row r's metadata for weights of w_type (fx_act_meta_fn), which fx_dec_quantize_rows makes with
+ * the row; NULL when that format reads none. */
+void *fx_dec_act_meta(const struct fx_context *ctx, enum fx_type w_type, int64_t n_in, int64_t r);
 
 /* gate[r] = act(gate[r]) * up[r] for rows r0 <= r < r1 of n_ff floats, with the model's gated
  * activation. */

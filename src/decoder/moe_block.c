@@ -95,7 +95,8 @@ static void experts_matmul_on_worker(const struct fx_worker *w, const struct fx_
         struct fx_mat m = fx_experts_get(x, e);
         uint64_t stride;
         const void *act = fx_dec_act_rows(ctx, m.type, src, n_in, r0, &stride);
-        fx_matmul(ctx->k, &m, act, stride, nr, out + r0 * m.ne1, m.ne1, w->ith, w->nth);
+        fx_matmul(ctx->k, &m, act, stride, nr, out + r0 * m.ne1, m.ne1, w->ith, w->nth,
+                  fx_dec_act_meta(ctx, m.type, n_in, r0));
     }
 }
 

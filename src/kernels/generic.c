@@ -89,11 +89,11 @@ void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t 
 }
 
 void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *act,
-               uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride, int ith,
-               int nth) {
+               uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride, int ith, int nth,
+               const void *meta) {
     int64_t r0, r1;
     fx_par_range(w->ne1, ith, nth, FX_MATMUL_ROW_UNIT, &r0, &r1);
-    fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, NULL);
+    fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, meta);
 }
 
 void fx_quantize_act(const struct fx_kernels *k, enum fx_type type, const float *src,

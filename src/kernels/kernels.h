@@ -201,14 +201,14 @@ const struct fx_kernels *fx_kernels_named(const char *name);
 /* Worker ith's share of out = act * W^T (see fx_matmul_fn): its range of weight rows against
  * all n_act activation rows, each weight row read once for all of them. act holds n_act rows in
  * the vec_dot_type of w->type (f32 rows for F32/F16/BF16 weights), act_stride bytes apart;
- * out[j * out_stride + r]. */
+ * out[j * out_stride + r]. meta: NULL, or the activation rows' metadata when w's type has
+ * act_meta (see fx_act_meta_fn). */
 void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *act,
-               uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride, int ith,
-               int nth);
+               uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride, int ith, int nth,
+               const void *meta);
 /* Weight rows [r0, r1) of the same product (r0 a multiple of FX_MATMUL_ROW_UNIT; r1 past the
  * last row means up to it): a piece of a matmul that workers share dynamically (fx_par_claim).
- * A row's result is the same whichever piece and worker compute it. meta: NULL, or the
- * activation rows' metadata when w's type has act_meta (see fx_act_meta_fn). */
+ * A row's result is the same whichever piece and worker compute it. */
 void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                     const void *act, uint64_t act_stride, int64_t n_act, float *out,
                     int64_t out_stride, const void *meta);

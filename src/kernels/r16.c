@@ -400,7 +400,7 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
-/* Many activation rows, or their metadata given ([n_act][nb], rows nb entries apart): group by
+/* Many activation rows (their metadata given, [n_act][nb], or computed): group by
  * group of weight rows, chunk by chunk of activation rows and run by run, each pair of panels'
  * run stays in L1 while every tile of the chunk's activation rows passes, and the group's
  * weights stay in L2 while every chunk passes. Without given metadata, each run's is computed
@@ -461,21 +461,24 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
     bool packed = w->packed && w->pack_kind == FX_PACK_R16;
     if (!k->meta) /* the K formats' Q8_K blocks carry what they need */
         given = NULL;
-    if (n_act <= FX_R16_MAX_ACT && !given) {
+    if (n_act <= FX_R16_MAX_ACT) {
         /* One tile of activation rows: their metadata for as long a span of the row as fits
-         * (usually all of it), then each panel streams through that span in runs. */
+         * (usually all of it; all of it when given), then each panel streams through that span
+         * in runs. */
         int64_t run = RUN_SMALL / qk;
-        int64_t span = k->meta ? META_ENTRIES / n_act / run * run : j.nb;
+        int64_t span = k->meta && !given ? META_ENTRIES / n_act / run * run : j.nb;
         if (packed) /* packed weights need no buffer: one call per panel and span */
             run = span;
         for (int64_t s0 = 0; s0 < j.nb; s0 += span) {
             int64_t ns = j.nb - s0 < span ? j.nb - s0 : span;
-            fill_meta(&j, 0, n_act, s0, ns, meta, span);
+            const struct fx_r16_meta *m = given ? given + s0 : meta;
+            if (!given)
+                fill_meta(&j, 0, n_act, s0, ns, meta, span);
             for (int64_t row = r0; row < r1; row += FX_R16_ROWS)
                 for (int64_t c0 = s0; c0 < s0 + ns; c0 += run) {
                     int64_t nc = s0 + ns - c0 < run ? s0 + ns - c0 : run;
                     const uint8_t *wp = panel_run(&j, row, c0, nc, buf);
-                    run_tiles(&j, &wp, 1, row, c0, nc, 0, n_act, meta + (c0 - s0), span);
+                    run_tiles(&j, &wp, 1, row, c0, nc, 0, n_act, m + (c0 - s0), span);
                 }
         }
         return;

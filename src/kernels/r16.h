@@ -216,5 +216,13 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
     }
 #define FX_R16_K_OPS(name)                                                                         \
     { .vec_dot = vec_dot_##name, .matmul = matmul_r16, .pack_kind = FX_PACK_R16 }
+/* A SIMD table's fx_kernels entries of the R16 formats but Q8_0 (whose entry also holds a
+ * table's activation quantizer). */
+#define FX_R16_TYPES_BUT_Q8_0                                                                      \
+    [FX_TYPE_Q4_0] = FX_R16_OPS(q4_0), [FX_TYPE_Q4_1] = FX_R16_OPS(q4_1),                          \
+    [FX_TYPE_Q5_0] = FX_R16_OPS(q5_0), [FX_TYPE_Q5_1] = FX_R16_OPS(q5_1),                          \
+    [FX_TYPE_MXFP4] = FX_R16_OPS(mxfp4), [FX_TYPE_Q2_K] = FX_R16_K_OPS(q2_K),                      \
+    [FX_TYPE_Q3_K] = FX_R16_K_OPS(q3_K), [FX_TYPE_Q4_K] = FX_R16_K_OPS(q4_K),                      \
+    [FX_TYPE_Q5_K] = FX_R16_K_OPS(q5_K), [FX_TYPE_Q6_K] = FX_R16_K_OPS(q6_K)
 
 #endif
