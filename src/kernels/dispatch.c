@@ -70,6 +70,8 @@ static void merge(struct fx_kernels *t, const struct fx_kernels *over,
     TAKE(axpy);
     TAKE(attn_run);
     TAKE(attn_finish);
+    TAKE(kv_store);
+    TAKE(kv_load);
     TAKE(argmax);
 #undef TAKE
     for (int a = 0; a < FX_ACT_COUNT; a++) {

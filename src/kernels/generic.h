@@ -120,6 +120,11 @@ void fx_swiglu_oai_generic(float *out, const float *g, const float *u, int64_t n
 void fx_add_generic(float *out, const float *a, const float *b, int64_t n);
 void fx_scale_generic(float *out, const float *x, float s, int64_t n);
 void fx_axpy_generic(float *y, const float *x, float a, int64_t n);
+/* generic_kv.c */
+void fx_kv_store_generic(enum fx_type type, const float *src, int64_t dim, void *dst);
+void fx_kv_load_generic(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
+                        int64_t dim, float *dst, int64_t dst_stride);
+
 /* generic_attn.c */
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          const float *keys, int64_t k_stride, const float *values, int64_t v_stride,

@@ -181,6 +181,14 @@ struct fx_kernels {
      * is a logit that joins the denominator only). An output that saw no key is zeros. */
     void (*attn_finish)(float *out, int64_t out_stride, const float *acc, const float *m,
                         const float *l, const float *sinks, int64_t n_q, int64_t dim_v);
+    /* KV cache rows (kv/kv.h). kv_store writes one row of dim floats as `type`: F32 a copy, F16
+     * rounded to nearest even, Q8_0 exactly as quantize_act (what llama.cpp's CPU backend writes
+     * into a q8_0 cache). kv_load converts n rows of dim elements of `type`, src_stride bytes
+     * apart, to f32 rows dst_stride floats apart; exact (every f16 and every q8_0 value d * q is
+     * an f32), so every table loads the same floats. dim is a whole number of the type's blocks. */
+    void (*kv_store)(enum fx_type type, const float *src, int64_t dim, void *dst);
+    void (*kv_load)(enum fx_type type, const void *src, uint64_t src_stride, int64_t n, int64_t dim,
+                    float *dst, int64_t dst_stride);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
 };

@@ -163,7 +163,7 @@ static float quantize_block_32(const float *src, int8_t *qs, int32_t *sum) {
     return max / 127.0f;
 }
 
-static void quantize_act_q8_0(const float *restrict src, void *restrict dst, int64_t n) {
+void fx_avx2_quantize_act_q8_0(const float *restrict src, void *restrict dst, int64_t n) {
     struct fx_block_q8_0 *b = dst;
     for (int64_t i = 0; i < n / FX_QK; i++, b++, src += FX_QK) {
         int32_t sum;
@@ -261,7 +261,7 @@ const struct fx_kernels fx_kernels_avx2_part = {
             [FX_TYPE_F32] = {.vec_dot = vec_dot_f32, .matmul = matmul_f32},
             [FX_TYPE_F16] = {.vec_dot = vec_dot_f16, .matmul = matmul_f16},
             [FX_TYPE_BF16] = {.vec_dot = vec_dot_bf16, .matmul = matmul_bf16},
-            [FX_TYPE_Q8_0] = {.quantize_act = quantize_act_q8_0,
+            [FX_TYPE_Q8_0] = {.quantize_act = fx_avx2_quantize_act_q8_0,
                               .vec_dot = vec_dot_q8_0,
                               .matmul = matmul_r16,
                               .act_meta = act_meta_q8_0,
@@ -277,6 +277,8 @@ const struct fx_kernels fx_kernels_avx2_part = {
     .add = fx_avx2_add,
     .scale = fx_avx2_scale,
     .axpy = fx_avx2_axpy,
+    .kv_store = fx_avx2_kv_store,
+    .kv_load = fx_avx2_kv_load,
 };
 
 #endif

@@ -115,4 +115,11 @@ void fx_avx2_add(float *out, const float *a, const float *b, int64_t n);
 void fx_avx2_scale(float *out, const float *x, float s, int64_t n);
 void fx_avx2_axpy(float *y, const float *x, float a, int64_t n);
 
+/* The Q8_0 activation quantizer (x86_avx2.c; bit-identical to fx_q8_0_quantize_act), and the
+ * KV cache rows that use it (x86_avx2_kv.c). */
+void fx_avx2_quantize_act_q8_0(const float *restrict src, void *restrict dst, int64_t n);
+void fx_avx2_kv_store(enum fx_type type, const float *src, int64_t dim, void *dst);
+void fx_avx2_kv_load(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
+                     int64_t dim, float *dst, int64_t dst_stride);
+
 #endif

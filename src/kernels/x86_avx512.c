@@ -161,6 +161,8 @@ const struct fx_kernels fx_kernels_avx512_part = {
             FX_R16_TYPES_BUT_Q8_0,
         },
     .attn_run = fx_attn_run_avx512,
+    .kv_store = fx_avx512_kv_store,
+    .kv_load = fx_avx512_kv_load,
 };
 
 #endif

@@ -1,0 +1,43 @@
+/* KV cache rows in plain C: the reference every table's kv_store and kv_load are tested against
+ * (kernels.h). */
+#include <string.h>
+
+#include "core/error.h"
+#include "kernels/generic.h"
+
+void fx_kv_store_generic(enum fx_type type, const float *src, int64_t dim, void *dst) {
+    switch (type) {
+    case FX_TYPE_F32:
+        memcpy(dst, src, (size_t)dim * sizeof(float));
+        return;
+    case FX_TYPE_F16:
+        fx_f16_from_float(src, dst, dim);
+        return;
+    case FX_TYPE_Q8_0:
+        fx_q8_0_quantize_act(src, dst, dim);
+        return;
+    default:
+        FX_ASSERT(!"not a KV cache type");
+    }
+}
+
+void fx_kv_load_generic(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
+                        int64_t dim, float *dst, int64_t dst_stride) {
+    for (int64_t j = 0; j < n; j++) {
+        const void *row = (const uint8_t *)src + (uint64_t)j * src_stride;
+        float *out = dst + j * dst_stride;
+        switch (type) {
+        case FX_TYPE_F32:
+            memcpy(out, row, (size_t)dim * sizeof(float));
+            break;
+        case FX_TYPE_F16:
+            fx_f16_to_float(row, out, dim);
+            break;
+        case FX_TYPE_Q8_0:
+            fx_q8_0_to_float(row, out, dim);
+            break;
+        default:
+            FX_ASSERT(!"not a KV cache type");
+        }
+    }
+}
