@@ -371,10 +371,11 @@ const struct fx_gguf *fx_model_gguf(const struct fx_model *m);
 /* ---------------------------------------------------------------------------------------------
  * Contexts and forward passes
  *
- * A context runs one model for one sequence: it owns a worker pool, a contiguous KV cache of
- * n_ctx positions (keys and values kept in f32), and every scratch buffer a forward pass needs,
- * all allocated at creation (no allocation per token). It borrows the model, which must outlive
- * it. A context belongs to one thread at a time; several contexts may share one model.
+ * A context runs one model: it owns a worker pool, a contiguous KV cache of n_ctx positions for
+ * one sequence (keys and values as f32, f16 or q8_0 rows), and every scratch buffer a forward
+ * pass needs, all allocated at creation (no allocation per token). It borrows the model, which
+ * must outlive it. A context belongs to one thread at a time; several contexts may share one
+ * model. The same context also runs steps over a paged KV pool (below), for many sequences.
  *
  * Forward calls evaluate tokens at consecutive positions pos0, pos0 + 1, ... of the sequence;
  * pos0 may be at most the number of positions already in the cache (fx_context_kv_len), and
@@ -390,6 +391,13 @@ struct fx_context_params {
     int32_t n_ctx;     /* positions in the KV cache; 0: the training context, at most 4096 */
     int32_t n_batch;   /* rows evaluated together (longer calls run in chunks); 0: 512 */
     int32_t n_threads; /* workers; 0: one per CPU this process may use */
+    /* Element types of the contiguous cache's keys and values (llama.cpp's -ctk / -ctv):
+     * FX_TYPE_F32 (a zeroed struct's), FX_TYPE_F16 or FX_TYPE_Q8_0 (head sizes a multiple of
+     * 32). fx_context_default_params() gives the measured default (README). */
+    enum fx_type type_k, type_v;
+    /* true: no contiguous cache is allocated; the context only runs steps over paged pools, and
+     * n_ctx bounds the positions those steps may use. */
+    bool paged_only;
 };
 
 struct fx_context_params fx_context_default_params(void);
@@ -420,6 +428,153 @@ fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, 
 /* Final normed hidden states only (embeddings); hidden: [n][n_embd]. */
 fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                   int32_t pos0, float *hidden, struct fx_error *err);
+
+/* Saved state (llama.cpp's --prompt-cache and slot save): the keys and values of a sequence's
+ * first n positions and their token ids in one file, with the identity of the model they were
+ * computed by (architecture, sizes, and a fingerprint of its hyper-parameters and tensors), their
+ * KV types and a CRC-64 of the whole file. The format is the same for a context and a pool (see
+ * fx_kv_seq_save): a state saved from either loads into the other.
+ *
+ * A load reads and validates the whole file before it changes anything, so a damaged, truncated
+ * or foreign file is refused and the context is left as it was: FX_ERR_FORMAT for a file that is
+ * not an intact state file (bad magic or version, a size that disagrees with its header, a
+ * checksum mismatch), FX_ERR_INVALID_ARG for one of another model or KV type (the message names
+ * the field that differs: "state file is for another model (architecture qwen3, this model is
+ * llama)"), FX_ERR_CAPACITY for more positions than the context holds, FX_ERR_NOT_FOUND /
+ * FX_ERR_IO when it cannot be read. Each call allocates only for its own duration. */
+
+/* Writes positions 0..n-1 of ctx's cache (n <= fx_context_kv_len) with their token ids
+ * tokens[0..n) to path, through a temporary file in the same directory that is renamed into
+ * place once complete and synced: a failed save never leaves a partial file under path. ctx is
+ * not changed. */
+fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                const char *path, struct fx_error *err);
+/* Loads from path the positions the file shares with prompt[0..n_prompt) (the longest common
+ * prefix of the file's tokens and the prompt, and at most n_prompt - 1 positions, so that the
+ * caller still evaluates the prompt's last token and gets its logits). On success the cache holds
+ * exactly those positions (fx_context_kv_len == *n_loaded, possibly 0) and the caller continues
+ * with prompt[*n_loaded..] at position *n_loaded. On failure nothing changes. */
+fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const fx_token *prompt,
+                                int32_t n_prompt, int32_t *n_loaded, struct fx_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Paged KV: many sequences in one pool of blocks
+ *
+ * A pool holds n_blocks blocks of block_size positions (every layer's keys and values of those
+ * positions). Each live sequence has a block table; sequences forked from one another share
+ * blocks (reference counted) until one of them writes into a shared block, which is copied
+ * first. Full blocks are also kept in a prefix cache keyed by the token ids of every position up
+ * to their end, so that a new sequence with the same prompt prefix shares them instead of
+ * computing them again; blocks no sequence holds stay cached until the pool needs them, then the
+ * least recently used go first.
+ *
+ * Steps over a pool (fx_forward_*_paged, fx_forward_multi_seq) append rows at the end of their
+ * sequences: a row's position must be its sequence's length (after the step's earlier rows of
+ * that sequence). Each step reserves the blocks of all its rows before it writes anything: when
+ * they do not fit it returns FX_ERR_CAPACITY and every sequence and block is as it was. A
+ * sequence's logits are bit-identical whatever else runs in the same step, however its prompt
+ * was chunked, and to the same tokens through a contiguous cache of the same KV types.
+ *
+ * A pool borrows the model and belongs to one thread at a time (with the context that steps
+ * it); fx_seq_id values are small integers, reused after fx_kv_seq_free.
+ * ------------------------------------------------------------------------------------------- */
+
+struct fx_kv_pool;
+typedef int32_t fx_seq_id;
+
+struct fx_kv_pool_params {
+    int32_t n_blocks;            /* blocks in the pool (>= 1) */
+    int32_t block_size;          /* positions per block; 0: 16 */
+    int32_t n_seq_max;           /* live sequences at once; 0: 256 */
+    enum fx_type type_k, type_v; /* FX_TYPE_F32, FX_TYPE_F16 or FX_TYPE_Q8_0 */
+};
+
+struct fx_kv_pool_params fx_kv_pool_default_params(void);
+fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_params *params,
+                            struct fx_kv_pool **out, struct fx_error *err);
+void fx_kv_pool_free(struct fx_kv_pool *pool);
+/* Bytes of key and value memory the pool holds: what llama.cpp's cache of n_blocks * block_size
+ * positions of the same types holds, to the byte. */
+uint64_t fx_kv_pool_bytes(const struct fx_kv_pool *pool);
+
+/* A new, empty sequence. FX_ERR_CAPACITY when n_seq_max sequences are alive. */
+fx_status fx_kv_seq_create(struct fx_kv_pool *pool, fx_seq_id *out, struct fx_error *err);
+/* A new sequence holding the longest prefix of tokens[0..n) that the prefix cache has, in whole
+ * blocks and at most n - 1 tokens (the last token is always left to compute, so that the caller
+ * gets its logits); *n_cached is its length. The other tokens are appended by forward steps. */
+fx_status fx_kv_seq_create_cached(struct fx_kv_pool *pool, const fx_token *tokens, int32_t n,
+                                  fx_seq_id *out, int32_t *n_cached, struct fx_error *err);
+/* A new sequence sharing every block of src (parallel sampling: n > 1 choices of one prompt). */
+fx_status fx_kv_seq_fork(struct fx_kv_pool *pool, fx_seq_id src, fx_seq_id *out,
+                         struct fx_error *err);
+/* Keeps the first n positions of seq (rollback of rejected rows); blocks past them are
+ * released. */
+fx_status fx_kv_seq_truncate(struct fx_kv_pool *pool, fx_seq_id seq, int32_t n,
+                             struct fx_error *err);
+/* Releases seq's blocks (its full blocks stay in the prefix cache); a no-op for an id that is
+ * not alive. */
+void fx_kv_seq_free(struct fx_kv_pool *pool, fx_seq_id seq);
+/* Positions held by seq, or -1 when it is not alive. */
+int32_t fx_kv_seq_len(const struct fx_kv_pool *pool, fx_seq_id seq);
+/* The token ids of seq's positions (fx_kv_seq_len of them), valid until seq next changes. */
+const fx_token *fx_kv_seq_tokens(const struct fx_kv_pool *pool, fx_seq_id seq);
+
+/* Whether n more rows of a sequence fit: now, later (blocks are held by other sequences), or
+ * never (more blocks than the whole pool). */
+enum fx_kv_admit { FX_KV_ADMIT_OK, FX_KV_ADMIT_LATER, FX_KV_ADMIT_NEVER };
+/* Reserves room for n more rows of seq in full (its length does not change), or returns
+ * FX_ERR_CAPACITY having changed nothing; *why (may be NULL) says which. Forward steps reserve
+ * for themselves; a scheduler reserves ahead to admit a request. */
+fx_status fx_kv_seq_reserve(struct fx_kv_pool *pool, fx_seq_id seq, int32_t n,
+                            enum fx_kv_admit *why, struct fx_error *err);
+
+struct fx_kv_pool_stats {
+    int32_t n_blocks;        /* in the pool */
+    int32_t n_free;          /* on the free list */
+    int32_t n_cached_idle;   /* in the prefix cache and held by no sequence (evictable) */
+    int32_t n_seq;           /* live sequences */
+    uint64_t prefix_queries; /* blocks looked up by fx_kv_seq_create_cached */
+    uint64_t prefix_hits;    /* of those, found */
+    uint64_t evictions;      /* cached blocks taken back for new rows */
+};
+void fx_kv_pool_stats(const struct fx_kv_pool *pool, struct fx_kv_pool_stats *out);
+/* Drops every idle block of the prefix cache onto the free list. */
+void fx_kv_pool_clear_cache(struct fx_kv_pool *pool);
+
+/* One token at the end of seq (pos = its length); logits: [n_vocab]. Bit-identical to
+ * fx_forward_token over a contiguous cache of the same types. */
+fx_status fx_forward_token_paged(struct fx_context *ctx, struct fx_kv_pool *pool, fx_seq_id seq,
+                                 fx_token token, int32_t pos, float *logits, struct fx_error *err);
+/* Prefill of n tokens at the end of seq (pos0 = its length); logits of the last: [n_vocab]. */
+fx_status fx_forward_batch_last_paged(struct fx_context *ctx, struct fx_kv_pool *pool,
+                                      fx_seq_id seq, const fx_token *tokens, int32_t n,
+                                      int32_t pos0, float *logits, struct fx_error *err);
+
+/* One step of rows from many sequences (as llama_batch): row i is token[i] of sequence seq[i] at
+ * position pos[i]; a sequence's rows come in position order, the first at its length. Row i's
+ * logits are returned when logits[i] is nonzero (logits NULL: every row's), in row order: out is
+ * [rows asked for][n_vocab]. */
+struct fx_batch {
+    int32_t n;
+    const fx_token *token; /* [n] */
+    const int32_t *pos;    /* [n] */
+    const fx_seq_id *seq;  /* [n] */
+    const int8_t *logits;  /* [n] or NULL */
+};
+fx_status fx_forward_multi_seq(struct fx_context *ctx, struct fx_kv_pool *pool,
+                               const struct fx_batch *batch, float *out, struct fx_error *err);
+
+/* Saved state of one sequence, in the format of fx_context_state_save (which see for the
+ * guarantees and error codes). m is the model the pool was made for. fx_kv_seq_save writes every
+ * position of live sequence seq to path (through a temporary file renamed into place); the pool
+ * is not changed. fx_kv_seq_load validates the whole file against m and the pool's KV types,
+ * then makes a new sequence *out holding all of the file's positions and tokens (full blocks join
+ * the prefix cache); FX_ERR_CAPACITY, with the pool as it was, when the sequences or blocks are
+ * not to be had. */
+fx_status fx_kv_seq_save(const struct fx_kv_pool *pool, fx_seq_id seq, const struct fx_model *m,
+                         const char *path, struct fx_error *err);
+fx_status fx_kv_seq_load(struct fx_kv_pool *pool, const struct fx_model *m, const char *path,
+                         fx_seq_id *out, struct fx_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling

@@ -15,7 +15,12 @@
  * - MoE: a near-tie in the router may switch experts for one token: one position may exceed the
  *   max, RMS 0.2 over the prompt.
  * Greedy ids are compared step by step while the golden's top1-top2 margin exceeds llama.cpp's
- * own noise on that file; F32 files have margins >= 0.027 everywhere, so all their steps count. */
+ * own noise on that file; F32 files have margins >= 0.027 everywhere, so all their steps count.
+ *
+ * Every path runs with an f32 KV cache (-ctk f32 -ctv f32): the contiguous one, and over a paged
+ * pool (one token at a time, prefill, and one multi-sequence step of the whole prompt), which
+ * must give the contiguous bytes. F32 models are also run with an f16 cache against the default
+ * golden, which llama.cpp computed with one. */
 #include "fx_test.h"
 
 #include <math.h>
@@ -83,7 +88,21 @@ static void check_golden(const char *stem, struct tol tol) {
         fail_msg("%s: %s", g.model_path, err.msg);
     struct fx_context_params cp = fx_context_default_params();
     cp.n_ctx = 256;
+    cp.type_k = cp.type_v = FX_TYPE_F32;
     assert_int_equal(fx_context_create(m, &cp, &ctx, &err), FX_OK);
+    struct fx_context *pctx;
+    struct fx_context_params pcp = cp;
+    pcp.paged_only = true;
+    assert_int_equal(fx_context_create(m, &pcp, &pctx, &err), FX_OK);
+    struct fx_kv_pool_params pp = fx_kv_pool_default_params();
+    pp.n_blocks = 3 * 256 / 16;
+    pp.type_k = pp.type_v = FX_TYPE_F32;
+    struct fx_kv_pool *pool;
+    assert_int_equal(fx_kv_pool_create(m, &pp, &pool, &err), FX_OK);
+    fx_seq_id s_tok, s_pre, s_multi;
+    assert_int_equal(fx_kv_seq_create(pool, &s_tok, &err), FX_OK);
+    assert_int_equal(fx_kv_seq_create(pool, &s_pre, &err), FX_OK);
+    assert_int_equal(fx_kv_seq_create(pool, &s_multi, &err), FX_OK);
     int nv = g.n_vocab, np = g.n_prompt;
     assert_int_equal(fx_model_n_vocab(m), nv);
     float *batch = malloc(sizeof(float) * (size_t)(np * nv));
@@ -111,11 +130,30 @@ static void check_golden(const char *stem, struct tol tol) {
     for (int p = 0; p < np; p++)
         assert_int_equal(fx_forward_token(ctx, g.prompt[p], p, seq + p * nv, &err), FX_OK);
     assert_memory_equal(seq, batch, sizeof(float) * (size_t)(np * nv));
+    /* The same over the pool, one token at a time and as one multi-sequence step. */
+    for (int p = 0; p < np; p++)
+        assert_int_equal(
+            fx_forward_token_paged(pctx, pool, s_tok, g.prompt[p], p, seq + p * nv, &err), FX_OK);
+    assert_memory_equal(seq, batch, sizeof(float) * (size_t)(np * nv));
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)np);
+    fx_seq_id *ids = malloc(sizeof(fx_seq_id) * (size_t)np);
+    assert_non_null(pos);
+    assert_non_null(ids);
+    for (int p = 0; p < np; p++)
+        pos[p] = p, ids[p] = s_multi;
+    struct fx_batch b = {.n = np, .token = g.prompt, .pos = pos, .seq = ids};
+    assert_int_equal(fx_forward_multi_seq(pctx, pool, &b, seq, &err), FX_OK);
+    assert_memory_equal(seq, batch, sizeof(float) * (size_t)(np * nv));
+    free(pos);
+    free(ids);
 
     /* Greedy: prefill with the last row only, then one token per step. */
     assert_int_equal(fx_context_kv_truncate(ctx, 0, &err), FX_OK);
     assert_int_equal(fx_forward_batch_last(ctx, g.prompt, np, 0, row, &err), FX_OK);
     assert_memory_equal(row, batch + (np - 1) * nv, sizeof(float) * (size_t)nv);
+    assert_int_equal(fx_forward_batch_last_paged(pctx, pool, s_pre, g.prompt, np, 0, seq, &err),
+                     FX_OK);
+    assert_memory_equal(seq, row, sizeof(float) * (size_t)nv);
     int compared = 0;
     for (int k = 0; k < g.n_gen; k++) {
         fx_token t = argmax(row, nv);
@@ -126,14 +164,29 @@ static void check_golden(const char *stem, struct tol tol) {
                      g.greedy_margin[k]);
         compared++;
         assert_int_equal(fx_forward_token(ctx, t, np + k, row, &err), FX_OK);
+        assert_int_equal(fx_forward_token_paged(pctx, pool, s_pre, t, np + k, seq, &err), FX_OK);
+        assert_memory_equal(seq, row, sizeof(float) * (size_t)nv);
     }
     print_message("  greedy: %d of %d steps compared\n", compared, g.n_gen);
     if (tol.all_greedy)
         assert_int_equal(compared, g.n_gen);
 
+    /* An f16 cache, as llama.cpp's default golden had. */
+    if (tol.kvf32_max > 0.0f) {
+        struct fx_context *hctx;
+        struct fx_context_params hcp = cp;
+        hcp.type_k = hcp.type_v = FX_TYPE_F16;
+        assert_int_equal(fx_context_create(m, &hcp, &hctx, &err), FX_OK);
+        assert_int_equal(fx_forward_batch(hctx, g.prompt, np, 0, seq, &err), FX_OK);
+        compare_logits("f16 KV cache vs golden", seq, g.logits, np, nv, tol.max, 0.0f, false);
+        fx_context_free(hctx);
+    }
+
     free(batch);
     free(seq);
     free(row);
+    fx_kv_pool_free(pool);
+    fx_context_free(pctx);
     fx_context_free(ctx);
     fx_model_free(m);
     fx_test_golden_free(&g);

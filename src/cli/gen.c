@@ -16,7 +16,11 @@
 /* ---- options -------------------------------------------------------------------------------- */
 
 void fx_cli_gen_opts_init(struct fx_cli_gen_opts *o) {
-    *o = (struct fx_cli_gen_opts){.n_predict = -1, .sampler = fx_sampler_default_params()};
+    struct fx_context_params cp = fx_context_default_params();
+    *o = (struct fx_cli_gen_opts){.n_predict = -1,
+                                  .type_k = cp.type_k,
+                                  .type_v = cp.type_v,
+                                  .sampler = fx_sampler_default_params()};
 }
 
 void fx_cli_gen_opts_free(struct fx_cli_gen_opts *o) {
@@ -83,6 +87,12 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
         break;
     case 'b':
         ok = fx_cli_parse_int(arg, 1, 1 << 24, &o->n_batch), what = "-b (batch size)";
+        break;
+    case FX_CLI_OPT_CACHE_TYPE_K:
+        ok = fx_cli_parse_kv_type(arg, &o->type_k), what = "-ctk (f32, f16 or q8_0)";
+        break;
+    case FX_CLI_OPT_CACHE_TYPE_V:
+        ok = fx_cli_parse_kv_type(arg, &o->type_v), what = "-ctv (f32, f16 or q8_0)";
         break;
     case 'n':
         ok = fx_cli_parse_int(arg, INT32_MIN, INT32_MAX, &o->n_predict), what = "-n (tokens)";
@@ -161,6 +171,8 @@ void fx_cli_gen_usage(FILE *out) {
             "                            context, at most 4096)\n"
             "  -b, --batch-size N        prompt tokens evaluated together (default 512)\n"
             "  -t, --threads N           worker threads (default: one per CPU)\n"
+            "  -ctk, --cache-type-k T    KV cache type of keys: f32, f16 or q8_0 (default %s)\n"
+            "  -ctv, --cache-type-v T    KV cache type of values (default %s)\n"
             "generation:\n"
             "  -n, --n-predict N         tokens to generate (default -1: until the end of text\n"
             "                            or a full context)\n"
@@ -176,7 +188,9 @@ void fx_cli_gen_usage(FILE *out) {
             "  --presence-penalty F      (default 0: off)\n"
             "  --frequency-penalty F     (default 0: off)\n"
             "  -l, --logit-bias ID+B     add B to token ID's logit (ID-inf bans it); repeatable\n"
-            "  -s, --seed S              random seed (default -1: a new one each run, printed)\n");
+            "  -s, --seed S              random seed (default -1: a new one each run, printed)\n",
+            fx_cli_kv_type_name(fx_context_default_params().type_k),
+            fx_cli_kv_type_name(fx_context_default_params().type_v));
 }
 
 /* ---- model loading -------------------------------------------------------------------------- */
@@ -246,6 +260,8 @@ struct fx_context *fx_cli_context_create(const char *cmd, const struct fx_cli_mo
     cp.n_ctx = o->n_ctx;
     cp.n_batch = o->n_batch;
     cp.n_threads = o->n_threads;
+    cp.type_k = o->type_k;
+    cp.type_v = o->type_v;
     struct fx_context *ctx;
     struct fx_error err;
     if (fx_context_create(m->model, &cp, &ctx, &err) != FX_OK) {

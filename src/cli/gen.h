@@ -23,6 +23,8 @@ enum {
     FX_CLI_OPT_PRESENCE_PENALTY,
     FX_CLI_OPT_FREQUENCY_PENALTY,
     FX_CLI_OPT_IGNORE_EOS,
+    FX_CLI_OPT_CACHE_TYPE_K,
+    FX_CLI_OPT_CACHE_TYPE_V,
     FX_CLI_OPT_OWN = 0x200,
 };
 
@@ -41,8 +43,10 @@ enum {
         {"repeat-penalty", required_argument, NULL, FX_CLI_OPT_REPEAT_PENALTY},                    \
         {"repeat-last-n", required_argument, NULL, FX_CLI_OPT_REPEAT_LAST_N},                      \
         {"presence-penalty", required_argument, NULL, FX_CLI_OPT_PRESENCE_PENALTY},                \
-        {"frequency-penalty", required_argument, NULL, FX_CLI_OPT_FREQUENCY_PENALTY}, {            \
-        "ignore-eos", no_argument, NULL, FX_CLI_OPT_IGNORE_EOS                                     \
+        {"frequency-penalty", required_argument, NULL, FX_CLI_OPT_FREQUENCY_PENALTY},              \
+        {"ignore-eos", no_argument, NULL, FX_CLI_OPT_IGNORE_EOS},                                  \
+        {"cache-type-k", required_argument, NULL, FX_CLI_OPT_CACHE_TYPE_K}, {                      \
+        "cache-type-v", required_argument, NULL, FX_CLI_OPT_CACHE_TYPE_V                           \
     }
 
 struct fx_cli_gen_opts {
@@ -51,8 +55,9 @@ struct fx_cli_gen_opts {
     int n_ctx;              /* 0: the model's training context, at most 4096 */
     int n_batch;            /* 0: the context's default */
     int n_predict;          /* tokens to generate; < 0: until the end of text or a full context */
-    bool seed_given;        /* --seed; otherwise fx_cli_gen_opts_finish draws one */
-    bool ignore_eos;        /* end-of-generation tokens are banned (logit bias -inf) */
+    enum fx_type type_k, type_v; /* -ctk / -ctv: the KV cache's element types */
+    bool seed_given;             /* --seed; otherwise fx_cli_gen_opts_finish draws one */
+    bool ignore_eos;             /* end-of-generation tokens are banned (logit bias -inf) */
     struct fx_sampler_params sampler;
     struct fx_logit_bias *bias; /* [n_bias], from --logit-bias */
     size_t n_bias;

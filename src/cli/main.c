@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/util.h"
 #include "ferrox.h"
 
 struct command {
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
+    fx_cli_expand_aliases(argc, argv);
     for (const struct command *c = commands; c->name; c++)
         if (strcmp(name, c->name) == 0)
             return c->run(argc - 1, argv + 1);

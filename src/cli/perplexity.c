@@ -32,20 +32,30 @@ static void usage(FILE *out) {
             "  -c, --ctx-size N     tokens per chunk (default 512)\n"
             "  -b, --batch-size N   tokens evaluated together (default 2048, at most CTX)\n"
             "  -t, --threads N      worker threads (default: one per CPU)\n"
-            "  --chunks N           score at most N chunks (default: all)\n");
+            "  --chunks N           score at most N chunks (default: all)\n"
+            "  -ctk, --cache-type-k T  KV cache type of keys: f32, f16 or q8_0 (default %s)\n"
+            "  -ctv, --cache-type-v T  KV cache type of values (default %s)\n",
+            fx_cli_kv_type_name(fx_context_default_params().type_k),
+            fx_cli_kv_type_name(fx_context_default_params().type_v));
 }
 
 struct opts {
     const char *model, *file;
     int n_ctx, n_batch, n_threads, max_chunks;
+    enum fx_type type_k, type_v;
 };
 
 static int parse_args(int argc, char **argv, struct opts *o) {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},    {"file", required_argument, NULL, 'f'},
-        {"ctx-size", required_argument, NULL, 'c'}, {"batch-size", required_argument, NULL, 'b'},
-        {"threads", required_argument, NULL, 't'},  {"chunks", required_argument, NULL, 'k'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"model", required_argument, NULL, 'm'},
+                                         {"file", required_argument, NULL, 'f'},
+                                         {"ctx-size", required_argument, NULL, 'c'},
+                                         {"batch-size", required_argument, NULL, 'b'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {"chunks", required_argument, NULL, 'k'},
+                                         {"cache-type-k", required_argument, NULL, 'K'},
+                                         {"cache-type-v", required_argument, NULL, 'V'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "m:f:c:b:t:h", opts, NULL)) != -1;) {
         int *num = NULL;
@@ -69,6 +79,14 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         case 'k':
             num = &o->max_chunks, lo = 1;
             break;
+        case 'K':
+        case 'V':
+            if (!fx_cli_parse_kv_type(optarg, c == 'K' ? &o->type_k : &o->type_v)) {
+                fprintf(stderr, "ferrox perplexity: %s wants f32, f16 or q8_0, got '%s'\n",
+                        c == 'K' ? "-ctk" : "-ctv", optarg);
+                return 2;
+            }
+            continue;
         case 'h':
             usage(stdout);
             return 0;
@@ -152,7 +170,10 @@ static void progress(int done, int total, double seconds_per_chunk, bool tty) {
 }
 
 int fx_cli_perplexity(int argc, char **argv) {
-    struct opts o = {.n_ctx = 512, .n_batch = 2048};
+    struct opts o = {.n_ctx = 512,
+                     .n_batch = 2048,
+                     .type_k = fx_context_default_params().type_k,
+                     .type_v = fx_context_default_params().type_v};
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0)
         return rc;
@@ -211,6 +232,8 @@ int fx_cli_perplexity(int argc, char **argv) {
     cp.n_ctx = o.n_ctx;
     cp.n_batch = n_batch;
     cp.n_threads = o.n_threads;
+    cp.type_k = o.type_k;
+    cp.type_v = o.type_v;
     if (fx_context_create(m, &cp, &ctx, &err) != FX_OK) {
         fprintf(stderr, "ferrox perplexity: %s\n", err.msg);
         goto done;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 bool fx_cli_parse_int(const char *s, long lo, long hi, int *out) {
@@ -165,4 +166,37 @@ fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_
     free(*ids);
     *ids = NULL;
     return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET, "tokenizer output kept growing");
+}
+
+static const struct {
+    const char *name;
+    enum fx_type type;
+} kv_types[] = {{"f32", FX_TYPE_F32}, {"f16", FX_TYPE_F16}, {"q8_0", FX_TYPE_Q8_0}};
+
+bool fx_cli_parse_kv_type(const char *s, enum fx_type *out) {
+    for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+        if (strcasecmp(s, kv_types[i].name) == 0) {
+            *out = kv_types[i].type;
+            return true;
+        }
+    return false;
+}
+
+const char *fx_cli_kv_type_name(enum fx_type t) {
+    for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
+        if (kv_types[i].type == t)
+            return kv_types[i].name;
+    return "?";
+}
+
+void fx_cli_expand_aliases(int argc, char **argv) {
+    static const char *const aliases[][2] = {{"-ctk", "--cache-type-k"},
+                                             {"-ctv", "--cache-type-v"},
+                                             {"-npp", "--n-prompt-parallel"},
+                                             {"-ntg", "--n-gen-parallel"},
+                                             {"-npl", "--parallel"}};
+    for (int i = 1; i < argc; i++)
+        for (size_t a = 0; a < sizeof aliases / sizeof aliases[0]; a++)
+            if (strcmp(argv[i], aliases[a][0]) == 0)
+                argv[i] = (char *)aliases[a][1];
 }

@@ -14,6 +14,17 @@ bool fx_cli_parse_int_list(const char *s, long lo, long hi, int **out, int *n);
 /* Comma-separated token ids (>= 0) into a malloc'd array. */
 bool fx_cli_parse_ids(const char *s, fx_token **out, int *n);
 
+/* A KV cache element type as llama.cpp names it for -ctk / -ctv ("f32", "f16", "q8_0", any
+ * case); false for anything else. */
+bool fx_cli_parse_kv_type(const char *s, enum fx_type *out);
+
+/* "f32", "f16" or "q8_0". */
+const char *fx_cli_kv_type_name(enum fx_type t);
+
+/* llama.cpp's single-dash long options (-ctk, -ctv, -npp, -ntg, -npl) rewritten in argv as their
+ * double-dash names (--cache-type-k, ...), so that getopt_long reads both spellings. */
+void fx_cli_expand_aliases(int argc, char **argv);
+
 /* Seconds on a monotonic clock. */
 double fx_cli_now(void);
 

@@ -45,11 +45,8 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
         const float *cs = rope + (int64_t)pos * hp->rope.n_rot;
         k->rope(q, hp->n_head, hd, hp->rope.n_rot, hp->rope.kind, cs);
         k->rope(kr, hp->n_head_kv, hd, hp->rope.n_rot, hp->rope.kind, cs);
-        for (int g = 0; g < hp->n_head_kv; g++) {
-            memcpy(fx_kv_step_k(&c->kv, il, i, g, pos), kr + g * hd, (size_t)hd * sizeof(float));
-            memcpy(fx_kv_step_v(&c->kv, il, i, g, pos), v + g * hp->head_dim_v,
-                   (size_t)hp->head_dim_v * sizeof(float));
-        }
+        for (int g = 0; g < hp->n_head_kv; g++)
+            fx_kv_step_store(&c->kv, k, il, i, g, kr + g * hd, v + g * hp->head_dim_v);
     }
 }
 
@@ -59,9 +56,10 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
  * keys, so batched, chunked and single-token steps give the same bits. Each run goes to the
  * kernel once for the whole block (its keys and values read from memory once, then from L1),
  * every row seeing its own part of it. The block's rows are one sequence's, so they share the
- * cache. state: the worker's fx_attn_state memory. */
+ * cache. state: the worker's fx_attn_state memory; tile: its [2][FX_ATTN_RUN][head size] floats
+ * for runs of keys and values that are not f32 in place (fx_kv_step_keys). */
 static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
-                         int64_t i0, int64_t n, float *state) {
+                         int64_t i0, int64_t n, float *state, float *tile) {
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
@@ -77,7 +75,6 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
         lo_min = lo[r] < lo_min ? lo[r] : lo_min;
         pos_max = pos[r] > pos_max ? pos[r] : pos_max;
     }
-    int64_t k_stride = fx_kv_step_k_stride(&c->kv, i0), v_stride = fx_kv_step_v_stride(&c->kv, i0);
     for (int32_t t0 = lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
         int32_t first[FX_ATT_BLOCK_ROWS], last[FX_ATT_BLOCK_ROWS], n_keys = 0;
         for (int64_t r = 0; r < n; r++) { /* this run's keys row r sees, from t0 */
@@ -86,10 +83,14 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
             if (first[r] <= last[r] && last[r] + 1 > n_keys)
                 n_keys = last[r] + 1;
         }
-        if (n_keys > 0)
-            k->attn_run(&st, first, last, fx_kv_step_k(&c->kv, il, i0, g, t0), k_stride,
-                        fx_kv_step_v(&c->kv, il, i0, g, t0), v_stride, n_keys, hp->attn_scale,
-                        hp->attn_softcap);
+        if (n_keys == 0)
+            continue;
+        int64_t k_stride, v_stride;
+        const float *keys = fx_kv_step_keys(&c->kv, k, il, i0, g, t0, n_keys, tile, &k_stride);
+        const float *values = fx_kv_step_values(&c->kv, k, il, i0, g, t0, n_keys,
+                                                tile + FX_ATTN_RUN * ctx->kv_tile_dim, &v_stride);
+        k->attn_run(&st, first, last, keys, k_stride, values, v_stride, n_keys, hp->attn_scale,
+                    hp->attn_softcap);
     }
     for (int64_t r = 0; r < n; r++) {
         float *out = ctx->s.att + (i0 + r) * hp->n_head * hd_v + (int64_t)g * group * hd_v;
@@ -104,13 +105,13 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
 static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
-    int64_t n_items = (c->n + FX_ATT_BLOCK_ROWS - 1) / FX_ATT_BLOCK_ROWS * hp->n_head_kv;
+    int64_t n_items = c->n_att * hp->n_head_kv;
     float *state = ctx->s.attn_state + (int64_t)w->ith * ctx->attn_state_per_worker;
+    float *tile = ctx->s.kv_tile + (int64_t)w->ith * 2 * FX_ATTN_RUN * ctx->kv_tile_dim;
     for (int64_t claimed; fx_par_claim(w, n_items, &claimed);) {
-        int64_t item = n_items - 1 - claimed;
-        int64_t i0 = item / hp->n_head_kv * FX_ATT_BLOCK_ROWS;
-        int64_t n = c->n - i0 < FX_ATT_BLOCK_ROWS ? c->n - i0 : FX_ATT_BLOCK_ROWS;
-        attend_block(ctx, c, il, (int)(item % hp->n_head_kv), i0, n, state);
+        int64_t item = n_items - 1 - claimed, blk = item / hp->n_head_kv;
+        int64_t i0 = ctx->s.att_start[blk], n = ctx->s.att_start[blk + 1] - i0;
+        attend_block(ctx, c, il, (int)(item % hp->n_head_kv), i0, n, state, tile);
     }
 }
 

@@ -11,7 +11,11 @@
 #define ARENA_ALIGN 64
 
 struct fx_context_params fx_context_default_params(void) {
-    return (struct fx_context_params){.n_ctx = 0, .n_batch = 512, .n_threads = 0};
+    return (struct fx_context_params){.n_ctx = 0,
+                                      .n_batch = 512,
+                                      .n_threads = 0,
+                                      .type_k = FX_KV_DEFAULT_TYPE,
+                                      .type_v = FX_KV_DEFAULT_TYPE};
 }
 
 /* The arena is planned as offsets first (every size overflow-checked), then allocated once. */
@@ -59,7 +63,7 @@ static void note_input(const struct fx_kernels *k, const struct fx_mat *w, uint6
 
 /* Offsets of every buffer in the arena, in the order they are planned. */
 struct layout {
-    uint64_t x, xn, q, k, v, att, h, gate, up, attn_state, act[FX_TYPE_COUNT];
+    uint64_t x, xn, q, k, v, att, h, gate, up, attn_state, kv_tile, att_start, act[FX_TYPE_COUNT];
     uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
 };
@@ -85,6 +89,8 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->gate = reserve(p, nf * ff, f4);
     o->up = reserve(p, nf * ff, f4);
     o->attn_state = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->attn_state_per_worker, f4);
+    o->kv_tile = reserve(p, (uint64_t)n_threads * 2 * FX_ATTN_RUN * (uint64_t)ctx->kv_tile_dim, f4);
+    o->att_start = reserve(p, nb + 1, sizeof(int32_t));
 
     /* An activation buffer per format in use, wide enough for the widest input of any matrix
      * dotted in that format, and a metadata buffer per weight format that reads some, wide
@@ -173,14 +179,16 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     int64_t group = hp->n_head / hp->n_head_kv;
     ctx->attn_state_per_worker =
         fx_attn_state_floats(FX_ATT_BLOCK_ROWS * group, hp->head_dim, hp->head_dim_v);
+    ctx->kv_tile_dim = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
+    ctx->paged_only = p.paged_only;
     const char *dump = getenv("FERROX_DUMP");
     ctx->dump_dir = dump && *dump ? dump : NULL;
 
     fx_status st = fx_pool_create(p.n_threads, &ctx->pool, err);
     if (st)
         goto fail;
-    st = fx_kv_contig_init(&ctx->kv, hp->n_layer, p.n_ctx, hp->n_head_kv, hp->head_dim,
-                           hp->head_dim_v, err);
+    st = fx_kv_contig_init(&ctx->kv, hp->n_layer, p.paged_only ? 0 : p.n_ctx, hp->n_head_kv,
+                           hp->head_dim, hp->head_dim_v, p.type_k, p.type_v, err);
     if (st)
         goto fail;
 
@@ -217,6 +225,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->gate = (float *)(base + o.gate);
     s->up = (float *)(base + o.up);
     s->attn_state = (float *)(base + o.attn_state);
+    s->kv_tile = (float *)(base + o.kv_tile);
+    s->att_start = (int32_t *)(base + o.att_start);
     for (int t = 0; t < FX_TYPE_COUNT; t++) {
         s->act[t] = o.act[t] == UINT64_MAX ? NULL : base + o.act[t];
         s->act_meta[t] = o.act_meta[t] == UINT64_MAX ? NULL : base + o.act_meta[t];

@@ -8,47 +8,6 @@
 
 #include "core/error.h"
 
-fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
-                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
-                         struct fx_error *err) {
-    const struct fx_hparams *hp = &ctx->model->hp;
-    if (n < 1 || !tokens)
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
-                            "a forward call needs at least one token");
-    if (rows != FX_LOGITS_NONE && !logits)
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "logits buffer is NULL");
-    if (rows == FX_LOGITS_NONE && !hidden)
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
-    if (pos0 < 0 || pos0 > ctx->kv.n_filled)
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
-                            "position %d is not in 0..%d (the cache holds %d positions)", pos0,
-                            ctx->kv.n_filled, ctx->kv.n_filled);
-    if (n > ctx->n_ctx - pos0)
-        return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
-                            "%lld tokens at position %d exceed the context of %d", (long long)n,
-                            pos0, ctx->n_ctx);
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-            return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
-                                "token %d at index %lld is not in the vocabulary (0..%d)",
-                                tokens[i], (long long)i, hp->n_vocab - 1);
-    *out = (struct fx_fwd){
-        .ctx = ctx,
-        .tokens = tokens,
-        .n = n,
-        .pos0 = pos0,
-        .logits_rows = rows,
-        .logits = logits,
-        .hidden = hidden,
-    };
-    return FX_OK;
-}
-
-void fx_fwd_finish(const struct fx_fwd *f) {
-    /* Writing at pos0 drops whatever followed it: the cache now ends with this call's rows. */
-    f->ctx->kv.n_filled = f->pos0 + (int32_t)f->n;
-}
-
 /* Bytes of one activation row of n_in elements in `type`. Every input width of a model is a whole
  * number of blocks of the formats its matrices are dotted with (the loader checked the shapes). */
 static uint64_t act_row_bytes(enum fx_type type, int64_t n_in) {
@@ -175,18 +134,41 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     const struct fx_model *m = ctx->model;
     int64_t dim = m->hp.n_embd, n_vocab = m->hp.n_vocab;
     int64_t r0 = 0, nr = c->n;
+    const float *x = ctx->s.x;
+    float *logits = f->logits + c->row0 * n_vocab;
     if (f->logits_rows == FX_LOGITS_LAST) {
         if (c->row0 + c->n != f->n)
             return; /* the call's last row is in a later chunk */
         r0 = c->n - 1;
         nr = 1;
+        logits = f->logits;
     }
     /* The rows this region normalises may belong to another worker (the last row alone). */
     fx_par_barrier(w);
+    if (f->logits_rows == FX_LOGITS_MARKED && f->marked) {
+        /* The marked rows, gathered in order into h (free between blocks); their logits follow
+         * those of the marked rows of earlier chunks. */
+        int64_t before = 0, b, e;
+        for (int64_t i = 0; i < c->row0; i++)
+            before += f->marked[i] != 0;
+        fx_dec_own_rows(w, c->n, &b, &e);
+        nr = 0;
+        for (int64_t i = 0; i < c->n; i++)
+            if (f->marked[c->row0 + i]) {
+                if (i >= b && i < e)
+                    memcpy(ctx->s.h + nr * dim, x + i * dim, (size_t)dim * sizeof(float));
+                nr++;
+            }
+        fx_par_barrier(w);
+        if (nr == 0)
+            return;
+        x = ctx->s.h;
+        logits = f->logits + before * n_vocab;
+    }
     float *xn = ctx->s.xn + r0 * dim;
     const struct fx_mat *ws[1] = {&m->output};
     int nw = f->logits_rows == FX_LOGITS_NONE ? 0 : 1;
-    fx_dec_norm_input_on_worker(w, ctx, xn, ctx->s.x + r0 * dim, m->output_norm, nr, dim, nw, ws);
+    fx_dec_norm_input_on_worker(w, ctx, xn, x + r0 * dim, m->output_norm, nr, dim, nw, ws);
     fx_dec_dump(w, c, "result_norm", -1, xn, nr, dim);
     if (f->hidden) {
         int64_t b, e;
@@ -196,7 +178,6 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     }
     if (f->logits_rows == FX_LOGITS_NONE)
         return;
-    float *logits = f->logits_rows == FX_LOGITS_LAST ? f->logits : f->logits + c->row0 * n_vocab;
     float *outs[1] = {logits};
     fx_dec_matmuls_on_worker(w, ctx, xn, nr, dim, 1, ws, outs);
     if (m->hp.final_softcap > 0.0f) {
@@ -208,6 +189,24 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     fx_dec_dump(w, c, "result_output", -1, logits, nr, n_vocab);
 }
 
+/* The chunk's attention blocks: runs of consecutive rows of one sequence, at most
+ * FX_ATT_BLOCK_ROWS each. Every worker counts them; worker 0 writes their first rows to
+ * att_start, which the attention reads after the barriers of the norm and the QKV matmuls. */
+static int64_t attention_blocks(const struct fx_worker *w, const struct fx_chunk *c) {
+    int32_t *start = c->f->ctx->s.att_start;
+    int64_t n_att = 0, b0 = 0;
+    for (int64_t i = 0; i < c->n; i++)
+        if (i == 0 || i - b0 == FX_ATT_BLOCK_ROWS || !fx_kv_step_same_seq(&c->kv, b0, i)) {
+            if (w->ith == 0)
+                start[n_att] = (int32_t)i;
+            n_att++;
+            b0 = i;
+        }
+    if (w->ith == 0)
+        start[n_att] = (int32_t)c->n;
+    return n_att;
+}
+
 void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
     const struct fx_fwd *f = arg;
     const struct fx_context *ctx = f->ctx;
@@ -217,9 +216,9 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
             .f = f,
             .row0 = row0,
             .n = f->n - row0 < ctx->n_batch ? f->n - row0 : ctx->n_batch,
-            .kv = {.kind = FX_KV_CONTIG,
-                   .u.contig = {.kv = &f->ctx->kv, .pos0 = f->pos0 + (int32_t)row0}},
+            .kv = fx_kv_step_from(&f->kv, row0),
         };
+        c.n_att = attention_blocks(w, &c);
         embed_on_worker(w, &c);
         for (int il = 0; il < m->hp.n_layer; il++) {
             fx_attn_block_on_worker(w, &c, il);

@@ -27,17 +27,21 @@
 /* Scratch for up to n_batch rows per chunk. n_ffn_rows is n_batch for dense models and
  * n_batch * n_expert_used for mixtures of experts (one row per selected expert). */
 struct fx_scratch {
-    float *x;          /* [n_batch][n_embd] residual stream */
-    float *xn;         /* [n_batch][n_embd] normed input of the current block */
-    float *q;          /* [n_batch][n_head * head_dim] */
-    float *k;          /* [n_batch][n_head_kv * head_dim] this step's new keys */
-    float *v;          /* [n_batch][n_head_kv * head_dim_v] this step's new values */
-    float *att;        /* [n_batch][n_head * head_dim_v] attention output before its projection */
-    float *h;          /* [n_batch][n_embd] a block's output before the residual add */
-    float *gate;       /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
-    float *up;         /* [n_ffn_rows][n_ff_max] */
-    float *attn_state; /* [n_threads][attn_state_per_worker]: each worker's struct
-                        * fx_attn_state memory for a block of FX_ATT_BLOCK_ROWS rows */
+    float *x;           /* [n_batch][n_embd] residual stream */
+    float *xn;          /* [n_batch][n_embd] normed input of the current block */
+    float *q;           /* [n_batch][n_head * head_dim] */
+    float *k;           /* [n_batch][n_head_kv * head_dim] this step's new keys */
+    float *v;           /* [n_batch][n_head_kv * head_dim_v] this step's new values */
+    float *att;         /* [n_batch][n_head * head_dim_v] attention output before its projection */
+    float *h;           /* [n_batch][n_embd] a block's output before the residual add */
+    float *gate;        /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
+    float *up;          /* [n_ffn_rows][n_ff_max] */
+    float *attn_state;  /* [n_threads][attn_state_per_worker]: each worker's struct
+                         * fx_attn_state memory for a block of FX_ATT_BLOCK_ROWS rows */
+    float *kv_tile;     /* [n_threads][2][FX_ATTN_RUN][kv_tile_dim]: each worker's run of keys
+                         * and of values converted to f32 (fx_kv_step_keys) */
+    int32_t *att_start; /* [n_batch + 1] first row of each attention block of the chunk (rows of
+                         * one sequence, at most FX_ATT_BLOCK_ROWS), then n */
     /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
      * it does not use, and for F32, which reads the f32 rows directly):
      * [n_ffn_rows][act_row_bytes[type]]. */
@@ -67,24 +71,27 @@ struct fx_context {
     struct fx_pool *pool;
     int32_t n_ctx, n_batch, n_ffn_rows;
     int64_t attn_state_per_worker; /* floats of attention state each worker owns */
-    struct fx_kv_contig kv;
+    int64_t kv_tile_dim;           /* max(head_dim, head_dim_v) */
+    struct fx_kv_contig kv;        /* unallocated (n_filled 0, no rows) when paged_only */
+    bool paged_only;
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */
     const char *dump_dir;
 };
 
 /* Which rows of a call get logits. */
-enum fx_logits_rows { FX_LOGITS_NONE, FX_LOGITS_ALL, FX_LOGITS_LAST };
+enum fx_logits_rows { FX_LOGITS_NONE, FX_LOGITS_ALL, FX_LOGITS_LAST, FX_LOGITS_MARKED };
 
 /* One forward call, shared read-only by every worker. */
 struct fx_fwd {
     struct fx_context *ctx;
     const fx_token *tokens; /* [n] */
     int64_t n;
-    int32_t pos0;
+    struct fx_kv_step kv; /* where the call's rows keep K and V (row 0 = the call's first) */
     enum fx_logits_rows logits_rows;
-    float *logits; /* [n][n_vocab] (ALL) or [n_vocab] (LAST) */
-    float *hidden; /* [n][n_embd] final normed hidden states, or NULL */
+    const int8_t *marked; /* [n] nonzero for the rows that get logits (FX_LOGITS_MARKED) */
+    float *logits;        /* [n][n_vocab] (ALL), [n_vocab] (LAST), [marked rows][n_vocab] */
+    float *hidden;        /* [n][n_embd] final normed hidden states, or NULL */
 };
 
 /* One chunk of at most n_batch rows of a call; every worker computes the same value. */
@@ -92,17 +99,28 @@ struct fx_chunk {
     const struct fx_fwd *f;
     int64_t row0; /* first row of the call in this chunk */
     int64_t n;
-    struct fx_kv_step kv;
+    struct fx_kv_step kv; /* the call's, from row0 on */
+    int64_t n_att;        /* attention blocks (ctx->s.att_start) */
 };
 
-/* Checks everything that can fail (tokens, positions, capacity) before the pool is entered, so
- * that the body cannot fail halfway (ARCHITECTURE.md rule 4). */
+/* Each checks everything that can fail (tokens, positions, capacity) and reserves KV room before
+ * the pool is entered, so that the body cannot fail halfway (ARCHITECTURE.md rule 4). Over the
+ * context's contiguous cache: */
 fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
                          enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
                          struct fx_error *err);
+/* Over one sequence of a pool (pos0 its length): */
+fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, fx_seq_id seq,
+                               const fx_token *tokens, int64_t n, int32_t pos0,
+                               enum fx_logits_rows rows, float *logits, struct fx_fwd *out,
+                               struct fx_error *err);
+/* Over the rows of many sequences of a pool: */
+fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
+                               const struct fx_batch *b, float *logits, struct fx_fwd *out,
+                               struct fx_error *err);
 /* The forward body every worker runs (one fx_par_run). */
 void fx_forward_on_worker(const struct fx_worker *w, void *arg);
-/* After the run: records how far the cache is filled. */
+/* After the run: records how far the cache or the sequences are filled. */
 void fx_fwd_finish(const struct fx_fwd *f);
 
 /* ---- blocks: x holds the residual stream in and out; each block leaves x's rows complete for

@@ -5,19 +5,23 @@
 #include "core/error.h"
 #include "decoder/decoder.h"
 
+/* Runs a prepared call (st: how its preparation went) and commits it. */
+static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
+    if (st)
+        return st;
+    st = fx_par_run(f->ctx->pool, fx_forward_on_worker, f);
+    if (st)
+        return fx_error_set(err, st, FX_NO_OFFSET,
+                            "a forward pass cannot run inside another parallel region");
+    fx_fwd_finish(f);
+    return FX_OK;
+}
+
 static fx_status forward(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
                          enum fx_logits_rows rows, float *logits, float *hidden,
                          struct fx_error *err) {
     struct fx_fwd f;
-    fx_status st = fx_fwd_prepare(ctx, tokens, n, pos0, rows, logits, hidden, &f, err);
-    if (st)
-        return st;
-    st = fx_par_run(ctx->pool, fx_forward_on_worker, &f);
-    if (st)
-        return fx_error_set(err, st, FX_NO_OFFSET,
-                            "a forward pass cannot run inside another parallel region");
-    fx_fwd_finish(&f);
-    return FX_OK;
+    return run(fx_fwd_prepare(ctx, tokens, n, pos0, rows, logits, hidden, &f, err), &f, err);
 }
 
 fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, float *logits,
@@ -44,4 +48,26 @@ fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, 
 fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                   int32_t pos0, float *hidden, struct fx_error *err) {
     return forward(ctx, tokens, n, pos0, FX_LOGITS_NONE, NULL, hidden, err);
+}
+
+fx_status fx_forward_token_paged(struct fx_context *ctx, struct fx_kv_pool *pool, fx_seq_id seq,
+                                 fx_token token, int32_t pos, float *logits, struct fx_error *err) {
+    struct fx_fwd f;
+    return run(fx_fwd_prepare_paged(ctx, pool, seq, &token, 1, pos, FX_LOGITS_ALL, logits, &f, err),
+               &f, err);
+}
+
+fx_status fx_forward_batch_last_paged(struct fx_context *ctx, struct fx_kv_pool *pool,
+                                      fx_seq_id seq, const fx_token *tokens, int32_t n,
+                                      int32_t pos0, float *logits, struct fx_error *err) {
+    struct fx_fwd f;
+    return run(
+        fx_fwd_prepare_paged(ctx, pool, seq, tokens, n, pos0, FX_LOGITS_LAST, logits, &f, err), &f,
+        err);
+}
+
+fx_status fx_forward_multi_seq(struct fx_context *ctx, struct fx_kv_pool *pool,
+                               const struct fx_batch *batch, float *out, struct fx_error *err) {
+    struct fx_fwd f;
+    return run(fx_fwd_prepare_multi(ctx, pool, batch, out, &f, err), &f, err);
 }

@@ -8,23 +8,27 @@
 
 fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_ctx,
                             int32_t n_head_kv, int64_t head_dim, int64_t head_dim_v,
-                            struct fx_error *err) {
+                            enum fx_type type_k, enum fx_type type_v, struct fx_error *err) {
     *kv = (struct fx_kv_contig){.n_layer = n_layer,
                                 .n_ctx = n_ctx,
                                 .n_head_kv = n_head_kv,
                                 .head_dim = head_dim,
-                                .head_dim_v = head_dim_v};
-    uint64_t k_dim = (uint64_t)n_head_kv * (uint64_t)head_dim;
-    uint64_t v_dim = (uint64_t)n_head_kv * (uint64_t)head_dim_v;
-    uint64_t rows, k_floats, v_floats, k_bytes, v_bytes;
-    if (fx_mul_overflow_u64((uint64_t)n_layer, (uint64_t)n_ctx, &rows) ||
-        fx_mul_overflow_u64(rows, k_dim, &k_floats) ||
-        fx_mul_overflow_u64(rows, v_dim, &v_floats) ||
-        fx_mul_overflow_u64(k_floats, sizeof(float), &k_bytes) ||
-        fx_mul_overflow_u64(v_floats, sizeof(float), &v_bytes) || k_bytes > SIZE_MAX ||
-        v_bytes > SIZE_MAX)
+                                .head_dim_v = head_dim_v,
+                                .type_k = type_k,
+                                .type_v = type_v};
+    fx_status st = fx_kv_row_bytes(type_k, head_dim, "K", &kv->k_row, err);
+    if (!st)
+        st = fx_kv_row_bytes(type_v, head_dim_v, "V", &kv->v_row, err);
+    if (st)
+        return st;
+    uint64_t rows, k_bytes, v_bytes;
+    if (fx_mul_overflow_u64((uint64_t)n_layer * (uint64_t)n_head_kv, (uint64_t)n_ctx, &rows) ||
+        fx_mul_overflow_u64(rows, kv->k_row, &k_bytes) ||
+        fx_mul_overflow_u64(rows, kv->v_row, &v_bytes) || k_bytes > SIZE_MAX || v_bytes > SIZE_MAX)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "KV cache of %d layers x %d positions overflows", n_layer, n_ctx);
+    if (n_ctx == 0) /* a context that only steps paged pools */
+        return FX_OK;
     /* Zeroed here, not lazily: every page of the cache is touched at creation, so no forward pass
      * pays for page faults, and positions never written read as zeros rather than garbage.
      * (explicit_bzero because a compiler may turn malloc + memset into calloc, which maps

@@ -1,48 +1,72 @@
-/* The contiguous KV cache of one sequence, and the step descriptor that tells the attention block
- * where each row of a forward step writes and reads its keys and values.
+/* Where a forward step's keys and values live: the contiguous cache of one sequence, a paged pool
+ * (kv/paged.h), and the step descriptor that tells the attention block where each row of a step
+ * writes and reads its keys and values.
  *
- * K and V are stored as f32: the goldens' tightest reference (llama.cpp with an f32 cache) is then
- * reproduced to ~1e-5, nothing is rounded between the projection and the dot product, and at the
- * context sizes of the small models ferrox targets first the cache is a small fraction of the
- * weights. An f16 cache is a later option for long contexts. */
+ * Rows are stored as f32, f16 or q8_0 (the kernels' kv_store / kv_load convert), K and V chosen
+ * separately. The attention kernels read f32: a run of keys in another type, or scattered over
+ * blocks, is converted into a per-worker tile first (fx_kv_step_keys), in L1, so that every
+ * backing feeds the kernel the same floats and paged, contiguous and batched steps agree bit for
+ * bit. f32 keys of a contiguous cache are read in place. */
 #ifndef FX_KV_KV_H
 #define FX_KV_KV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferrox.h"
+#include "kernels/kernels.h"
 
-/* Head-major: the keys of one KV head are consecutive rows of head_dim floats, so attention
- * streams them contiguously. (Position-major rows of n_head_kv * head_dim floats are often 4 KiB
- * or a multiple, which maps every key of a head to the same L1 set.) */
+/* The KV element type of fx_context_default_params() (the README says how it was chosen). */
+#define FX_KV_DEFAULT_TYPE FX_TYPE_F32
+
+/* True for the element types a KV cache may hold (F32, F16, Q8_0). */
+bool fx_kv_type_ok(enum fx_type t);
+/* Bytes of one row of dim elements of KV type t; false (with a message naming what) when t is
+ * not a KV type or dim is not a whole number of its blocks. */
+fx_status fx_kv_row_bytes(enum fx_type t, int64_t dim, const char *what, uint64_t *out,
+                          struct fx_error *err);
+
+/* Head-major: the keys of one KV head are consecutive rows, so attention streams them
+ * contiguously. (Position-major rows of n_head_kv * head_dim floats are often 4 KiB or a
+ * multiple, which maps every key of a head to the same L1 set.) */
 struct fx_kv_contig {
     int32_t n_layer;
     int32_t n_ctx;
     int32_t n_head_kv;
     int64_t head_dim, head_dim_v;
-    float *k;         /* [n_layer][n_head_kv][n_ctx][head_dim] */
-    float *v;         /* [n_layer][n_head_kv][n_ctx][head_dim_v] */
-    int32_t n_filled; /* positions 0..n_filled-1 hold rows written by forward passes */
+    enum fx_type type_k, type_v;
+    uint64_t k_row, v_row; /* bytes of one head's key (value) row */
+    uint8_t *k;            /* [n_layer][n_head_kv][n_ctx][k_row] */
+    uint8_t *v;            /* [n_layer][n_head_kv][n_ctx][v_row] */
+    int32_t n_filled;      /* positions 0..n_filled-1 hold rows written by forward passes */
 };
 
 fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_ctx,
                             int32_t n_head_kv, int64_t head_dim, int64_t head_dim_v,
-                            struct fx_error *err);
+                            enum fx_type type_k, enum fx_type type_v, struct fx_error *err);
 void fx_kv_contig_release(struct fx_kv_contig *kv);
 
-/* K (V) of KV head g at position pos of layer il. */
-static inline float *fx_kv_contig_k(const struct fx_kv_contig *kv, int il, int g, int64_t pos) {
-    return kv->k + (((int64_t)il * kv->n_head_kv + g) * kv->n_ctx + pos) * kv->head_dim;
+/* K (V) row of KV head g at position pos of layer il. */
+static inline uint8_t *fx_kv_contig_k(const struct fx_kv_contig *kv, int il, int g, int64_t pos) {
+    return kv->k + (((uint64_t)il * (uint64_t)kv->n_head_kv + (uint64_t)g) * (uint64_t)kv->n_ctx +
+                    (uint64_t)pos) *
+                       kv->k_row;
 }
 
-static inline float *fx_kv_contig_v(const struct fx_kv_contig *kv, int il, int g, int64_t pos) {
-    return kv->v + (((int64_t)il * kv->n_head_kv + g) * kv->n_ctx + pos) * kv->head_dim_v;
+static inline uint8_t *fx_kv_contig_v(const struct fx_kv_contig *kv, int il, int g, int64_t pos) {
+    return kv->v + (((uint64_t)il * (uint64_t)kv->n_head_kv + (uint64_t)g) * (uint64_t)kv->n_ctx +
+                    (uint64_t)pos) *
+                       kv->v_row;
 }
+
+struct fx_kv_pool;
 
 /* Where the rows of one forward step keep their K and V. The attention block is written once
- * against this; each backing is a kind (paged and multi-sequence steps join as new kinds). */
+ * against this; each backing is a kind. */
 enum fx_kv_kind {
     FX_KV_CONTIG, /* rows 0..n-1 are positions pos0..pos0+n-1 of one contiguous cache */
+    FX_KV_PAGED,  /* rows 0..n-1 are positions pos0..pos0+n-1 of one sequence of a pool */
+    FX_KV_MULTI,  /* row i is position pos[i] of sequence seq[i] of a pool */
 };
 
 struct fx_kv_step {
@@ -52,6 +76,16 @@ struct fx_kv_step {
             struct fx_kv_contig *kv;
             int32_t pos0;
         } contig;
+        struct {
+            struct fx_kv_pool *pool;
+            fx_seq_id seq;
+            int32_t pos0;
+        } paged;
+        struct {
+            struct fx_kv_pool *pool;
+            const fx_seq_id *seq; /* [n] the step's rows, from this chunk's first */
+            const int32_t *pos;   /* [n] */
+        } multi;
     } u;
 };
 
@@ -60,50 +94,49 @@ static inline int32_t fx_kv_step_pos(const struct fx_kv_step *s, int64_t i) {
     switch (s->kind) {
     case FX_KV_CONTIG:
         return s->u.contig.pos0 + (int32_t)i;
+    case FX_KV_PAGED:
+        return s->u.paged.pos0 + (int32_t)i;
+    case FX_KV_MULTI:
+        return s->u.multi.pos[i];
     }
     return -1;
 }
 
-/* K (and V) of KV head g for the key at position pos of row i's sequence, in layer il; row i
- * writes its own K and V at pos = fx_kv_step_pos(s, i). */
-static inline float *fx_kv_step_k(const struct fx_kv_step *s, int il, int64_t i, int g,
-                                  int64_t pos) {
-    (void)i; /* one sequence: every row reads the same cache */
+/* The same step from row row0 on (a chunk of it). */
+static inline struct fx_kv_step fx_kv_step_from(const struct fx_kv_step *s, int64_t row0) {
+    struct fx_kv_step c = *s;
     switch (s->kind) {
     case FX_KV_CONTIG:
-        return fx_kv_contig_k(s->u.contig.kv, il, g, pos);
+        c.u.contig.pos0 += (int32_t)row0;
+        break;
+    case FX_KV_PAGED:
+        c.u.paged.pos0 += (int32_t)row0;
+        break;
+    case FX_KV_MULTI:
+        c.u.multi.seq += row0;
+        c.u.multi.pos += row0;
+        break;
     }
-    return NULL;
+    return c;
 }
 
-/* Floats between the K rows of consecutive positions of one head of row i's sequence: keys
- * from pos_a on lie at fx_kv_step_k(.., pos_a) + (pos - pos_a) * stride. */
-static inline int64_t fx_kv_step_k_stride(const struct fx_kv_step *s, int64_t i) {
-    (void)i;
-    switch (s->kind) {
-    case FX_KV_CONTIG:
-        return s->u.contig.kv->head_dim;
-    }
-    return 0;
+/* Whether step rows i and j belong to the same sequence (and so may attend together). */
+static inline bool fx_kv_step_same_seq(const struct fx_kv_step *s, int64_t i, int64_t j) {
+    return s->kind != FX_KV_MULTI || s->u.multi.seq[i] == s->u.multi.seq[j];
 }
 
-static inline int64_t fx_kv_step_v_stride(const struct fx_kv_step *s, int64_t i) {
-    (void)i;
-    switch (s->kind) {
-    case FX_KV_CONTIG:
-        return s->u.contig.kv->head_dim_v;
-    }
-    return 0;
-}
+/* Stores row i's key and value of KV head g (f32: head_dim and head_dim_v floats) in layer il at
+ * the row's position, converted to the cache's types. */
+void fx_kv_step_store(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
+                      int g, const float *key, const float *value);
 
-static inline float *fx_kv_step_v(const struct fx_kv_step *s, int il, int64_t i, int g,
-                                  int64_t pos) {
-    (void)i;
-    switch (s->kind) {
-    case FX_KV_CONTIG:
-        return fx_kv_contig_v(s->u.contig.kv, il, g, pos);
-    }
-    return NULL;
-}
+/* The keys (values) of KV head g at positions t0..t0+n-1 of row i's sequence in layer il, as f32
+ * rows *stride floats apart: in place when the cache holds them so, otherwise converted into
+ * tile ([n][head_dim] or [n][head_dim_v] floats). n <= FX_ATTN_RUN. */
+const float *fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
+                             int64_t i, int g, int32_t t0, int32_t n, float *tile, int64_t *stride);
+const float *fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
+                               int64_t i, int g, int32_t t0, int32_t n, float *tile,
+                               int64_t *stride);
 
 #endif

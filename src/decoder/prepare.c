@@ -1,0 +1,192 @@
+/* Validation and KV reservation of a forward call before it enters the pool, and its commit
+ * after: the body in between cannot fail, so a call either happens whole or changes nothing
+ * (ARCHITECTURE.md rule 4). */
+#include <string.h>
+
+#include "core/error.h"
+#include "decoder/decoder.h"
+#include "kv/paged.h"
+
+static fx_status check_call(const struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                            enum fx_logits_rows rows, const float *logits, const float *hidden,
+                            struct fx_error *err) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    if (n < 1 || !tokens)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a forward call needs at least one token");
+    if (rows != FX_LOGITS_NONE && !logits)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "logits buffer is NULL");
+    if (rows == FX_LOGITS_NONE && !hidden)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+            return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                                "token %d at index %lld is not in the vocabulary (0..%d)",
+                                tokens[i], (long long)i, hp->n_vocab - 1);
+    return FX_OK;
+}
+
+fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
+                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
+                         struct fx_error *err) {
+    if (ctx->paged_only)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "this context has no contiguous cache (it was made paged_only)");
+    fx_status st = check_call(ctx, tokens, n, rows, logits, hidden, err);
+    if (st)
+        return st;
+    if (pos0 < 0 || pos0 > ctx->kv.n_filled)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "position %d is not in 0..%d (the cache holds %d positions)", pos0,
+                            ctx->kv.n_filled, ctx->kv.n_filled);
+    if (n > ctx->n_ctx - pos0)
+        return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                            "%lld tokens at position %d exceed the context of %d", (long long)n,
+                            pos0, ctx->n_ctx);
+    *out = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .logits_rows = rows,
+        .logits = logits,
+        .hidden = hidden,
+    };
+    return FX_OK;
+}
+
+/* The checks every pool step shares: the pool is the model's, the positions fit the context's
+ * rope table. */
+static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_pool *pool,
+                            struct fx_error *err) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    if (!pool)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the KV pool is NULL");
+    if (pool->n_layer != hp->n_layer || pool->n_head_kv != hp->n_head_kv ||
+        pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "the KV pool was made for another model shape (%d layers, %d KV "
+                            "heads of %lld)",
+                            pool->n_layer, pool->n_head_kv, (long long)pool->head_dim);
+    return FX_OK;
+}
+
+fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, fx_seq_id seq,
+                               const fx_token *tokens, int64_t n, int32_t pos0,
+                               enum fx_logits_rows rows, float *logits, struct fx_fwd *out,
+                               struct fx_error *err) {
+    fx_status st = check_pool(ctx, pool, err);
+    if (!st)
+        st = check_call(ctx, tokens, n, rows, logits, NULL, err);
+    if (st)
+        return st;
+    if (!fx_kv_pool_seq_live(pool, seq))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "sequence %d is not alive", seq);
+    int32_t len = pool->seqs[seq].len;
+    if (pos0 != len)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "position %d is not the end of sequence %d (it holds %d positions)",
+                            pos0, seq, len);
+    if (n > ctx->n_ctx - pos0)
+        return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                            "%lld tokens at position %d exceed the context of %d", (long long)n,
+                            pos0, ctx->n_ctx);
+    int32_t n_rows = (int32_t)n;
+    st = fx_kv_pool_reserve_step(pool, 1, &seq, &n_rows, NULL, err);
+    if (st)
+        return st;
+    *out = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .kv = {.kind = FX_KV_PAGED, .u.paged = {.pool = pool, .seq = seq, .pos0 = pos0}},
+        .logits_rows = rows,
+        .logits = logits,
+    };
+    return FX_OK;
+}
+
+fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
+                               const struct fx_batch *b, float *logits, struct fx_fwd *out,
+                               struct fx_error *err) {
+    fx_status st = check_pool(ctx, pool, err);
+    if (st)
+        return st;
+    if (!b || b->n < 1 || !b->token || !b->pos || !b->seq)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a multi-sequence step needs rows with tokens, positions and "
+                            "sequences");
+    st = check_call(ctx, b->token, b->n, FX_LOGITS_MARKED, logits, NULL, err);
+    if (st)
+        return st;
+    /* Each row continues its sequence: at its length, then one past the step's previous row of
+     * it. step_rows counts the rows of each sequence so far. */
+    int32_t *rows = pool->step_rows;
+    for (int32_t i = 0; i < b->n; i++) {
+        fx_seq_id s = b->seq[i];
+        if (!fx_kv_pool_seq_live(pool, s)) {
+            st = fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                              "row %d: sequence %d is not alive", i, s);
+            goto done;
+        }
+        int32_t want = pool->seqs[s].len + rows[s];
+        if (b->pos[i] != want) {
+            st = fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                              "row %d: position %d of sequence %d, expected %d", i, b->pos[i], s,
+                              want);
+            goto done;
+        }
+        if (b->pos[i] >= ctx->n_ctx) {
+            st = fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                              "row %d: position %d exceeds the context of %d", i, b->pos[i],
+                              ctx->n_ctx);
+            goto done;
+        }
+        rows[s]++;
+    }
+    /* The distinct sequences and their row counts, in order of first appearance. */
+    int k = 0;
+    for (int32_t i = 0; i < b->n; i++) {
+        fx_seq_id s = b->seq[i];
+        if (rows[s] > 0) {
+            pool->step_seq[k] = s;
+            pool->step_n[k++] = rows[s];
+            rows[s] = 0; /* each sequence once; leaves step_rows zeroed for the next step */
+        }
+    }
+    st = fx_kv_pool_reserve_step(pool, k, pool->step_seq, pool->step_n, NULL, err);
+    if (st)
+        return st;
+    *out = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = b->token,
+        .n = b->n,
+        .kv = {.kind = FX_KV_MULTI, .u.multi = {.pool = pool, .seq = b->seq, .pos = b->pos}},
+        .logits_rows = FX_LOGITS_MARKED,
+        .marked = b->logits,
+        .logits = logits,
+    };
+    return FX_OK;
+done:
+    for (int32_t i = 0; i < b->n; i++)
+        if (fx_kv_pool_seq_live(pool, b->seq[i]))
+            rows[b->seq[i]] = 0;
+    return st;
+}
+
+void fx_fwd_finish(const struct fx_fwd *f) {
+    switch (f->kv.kind) {
+    case FX_KV_CONTIG:
+        /* Writing at pos0 drops whatever followed it: the cache now ends with this call's rows. */
+        f->ctx->kv.n_filled = f->kv.u.contig.pos0 + (int32_t)f->n;
+        return;
+    case FX_KV_PAGED:
+        for (int64_t i = 0; i < f->n; i++)
+            fx_kv_pool_commit_row(f->kv.u.paged.pool, f->kv.u.paged.seq, f->tokens[i]);
+        return;
+    case FX_KV_MULTI:
+        for (int64_t i = 0; i < f->n; i++)
+            fx_kv_pool_commit_row(f->kv.u.multi.pool, f->kv.u.multi.seq[i], f->tokens[i]);
+        return;
+    }
+}
