@@ -1,5 +1,5 @@
 /* The gpt-oss (harmony) built-in chat template, kept apart for its size; see chat_builtin.c. */
-#include "tok/chat.h"
+#include "chat/chat.h"
 
 /* openai/gpt-oss-120b (harmony) */
 const char fx_chat_tmpl_gpt_oss[] =

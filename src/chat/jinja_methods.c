@@ -2,7 +2,7 @@
  * dict methods (items, keys, values, get), loop attributes and loop.cycle, and the globals
  * range, namespace, dict, raise_exception and strftime_now. Case mapping (upper, lower, title,
  * capitalize) and the is* predicates cover ASCII letters; other characters pass unchanged. */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <stdio.h>
 #include <stdlib.h>

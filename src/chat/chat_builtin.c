@@ -3,7 +3,7 @@
  * chat_template of the tokenizer_config.json of the repository named beside it (as collected in
  * llama.cpp's models/templates and tests), so rendering a built-in renders what the model's own
  * template would. The strings are those texts verbatim, escaped for C. */
-#include "tok/chat.h"
+#include "chat/chat.h"
 
 /* teknium/OpenHermes-2.5-Mistral-7B (plain ChatML) */
 static const char tmpl_chatml[] =

@@ -1,7 +1,7 @@
 /* The Jinja evaluator: statements (text, output, if, for, set, macro) and expressions with
  * Python's operator semantics. Each render owns its scopes and values (an arena) and counts
  * evaluation steps and depth against its limits. */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <math.h>
 #include <stdarg.h>

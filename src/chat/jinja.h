@@ -1,4 +1,4 @@
-/* The Jinja interpreter behind chat templates (internal to src/tok/).
+/* The Jinja interpreter behind chat templates (internal to src/chat/).
  *
  * It implements the subset of Jinja2 that Hugging Face chat templates use, with the environment
  * transformers renders them in: trim_blocks and lstrip_blocks on, keep_trailing_newline off, the
@@ -22,8 +22,8 @@
  * jinja_ops.c (Python semantics of operators, access, slicing, formatting), jinja_filters.c
  * (filters and tests), jinja_methods.c (str/dict methods and global functions).
  */
-#ifndef FX_TOK_JINJA_H
-#define FX_TOK_JINJA_H
+#ifndef FX_CHAT_JINJA_H
+#define FX_CHAT_JINJA_H
 
 #include <stdarg.h>
 #include <stdbool.h>

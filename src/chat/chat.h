@@ -1,6 +1,6 @@
 /* Chat templates (internal): the built-in template table behind fx_chat_template_builtin. */
-#ifndef FX_TOK_CHAT_H
-#define FX_TOK_CHAT_H
+#ifndef FX_CHAT_CHAT_H
+#define FX_CHAT_CHAT_H
 
 #include <stddef.h>
 

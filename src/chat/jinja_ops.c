@@ -1,7 +1,7 @@
 /* Python semantics of values for the Jinja evaluator: iteration, ordering, `in`, attribute and
  * item access with Jinja's fallbacks (a missing key is Undefined, not an error), slices,
  * arithmetic on 64-bit integers and floats, and printf-style formatting (str % values). */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* Jinja filters and tests, with Jinja2's argument names and defaults. tojson is transformers'
  * version (json.dumps with ensure_ascii=False and Python's separators), not Jinja's HTML-safe
  * one. */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <errno.h>
 #include <math.h>

@@ -7,8 +7,8 @@
 
 #include "core/error.h"
 #include "ferrox.h"
-#include "tok/chat.h"
-#include "tok/jinja.h"
+#include "chat/chat.h"
+#include "chat/jinja.h"
 
 struct fx_chat_template {
     struct fx_jinja_prog *prog;

@@ -2,7 +2,7 @@
  * precedence (conditional < or < and < not < comparisons < + - < ~ < * / // % < ** < unary <
  * filters and tests < postfix). Unknown filters and tests are errors here, as Jinja reports them
  * when it compiles a template. */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Values of the Jinja interpreter: the arena they live in, lists and dicts, Python's truthiness,
  * equality, str() and repr(), json.dumps, and conversion from parsed JSON. */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * configures it (trim_blocks: the first newline after a block or comment tag is dropped;
  * lstrip_blocks: spaces and tabs from the start of a line up to a block or comment tag are
  * dropped; "-" on a tag strips all whitespace on that side; "+" turns both off). */
-#include "tok/jinja.h"
+#include "chat/jinja.h"
 
 #include <stdarg.h>
 #include <stdio.h>
