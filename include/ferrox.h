@@ -646,6 +646,126 @@ fx_status fx_sampler_accept(struct fx_sampler *s, fx_token token, struct fx_erro
 void fx_sampler_reset(struct fx_sampler *s);
 
 /* ---------------------------------------------------------------------------------------------
+ * Speculative decoding
+ *
+ * A drafter guesses the next tokens of a sequence cheaply; one fx_forward_batch over [the last
+ * token, the drafts] scores every guess at once (each weight read once for k + 1 positions), the
+ * tokens the target agrees with are kept and the rest of the rows are rolled back with
+ * fx_context_kv_truncate. A row's arithmetic does not depend on its batch, so a row scored during
+ * verification has the bits it would have had in plain decoding.
+ *
+ * Drafters here are deterministic (prompt lookup, a draft model run greedily), so the drafting
+ * distribution q is a point mass on the draft x. The speculative-sampling rule (accept x with
+ * probability min(1, p(x) / q(x)), else draw from the normalised max(0, p - q)) then reads:
+ * accept x with probability p(x), else draw from p without x. Drawing the row's token from p
+ * with the sampler's next random number and accepting x when it is that token is exactly this
+ * rule, and consumes the random numbers plain decoding consumes: with the same seed and
+ * parameters, speculative output is byte-identical to plain decoding at every temperature, not
+ * only at temperature 0. fx_sampler_sample_draft also implements the rule for a general q.
+ *
+ * Ownership and threads: a drafter and a speculation state belong to one thread at a time, with
+ * the context they work on. A draft-model drafter owns its own context over a borrowed draft
+ * model; fx_spec borrows the target's context and the drafter.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The distribution the sampler draws from for logits [n_vocab], after the whole chain (bias,
+ * penalties, truncations, temperature): *n candidates ids[i] with probabilities probs[i] summing
+ * to 1 (ids and probs hold n_vocab entries). At temperature 0 it is the greedy token with
+ * probability 1. Draws no random number and accepts nothing. */
+fx_status fx_sampler_dist(struct fx_sampler *s, const float *logits, fx_token *ids, float *probs,
+                          int32_t *n, struct fx_error *err);
+
+/* Samples the token of a row that a drafter guessed `draft` for, by the speculative-sampling
+ * rule; *accepted tells whether *out is the draft. q is the drafter's distribution [n_vocab]
+ * (entries summing to 1, q[draft] > 0), or NULL for a deterministic drafter (a point mass on
+ * draft): then the row is sampled exactly as fx_sampler_sample samples it, one random number (none
+ * at temperature 0), and accepted when it is the draft. With q, it draws one number for the test
+ * and one more after a rejection. The token is not accepted into the penalty window. */
+fx_status fx_sampler_sample_draft(struct fx_sampler *s, const float *logits, fx_token draft,
+                                  const float *q, fx_token *out, bool *accepted,
+                                  struct fx_error *err);
+
+struct fx_drafter;
+
+/* Prompt lookup (llama.cpp's ngram-simple, vLLM's [ngram]): the last n tokens of the sequence,
+ * n from n_max down to n_min, are looked up in the sequence before them (prompt and output); the
+ * most recent earlier occurrence proposes what followed it (copying on through the proposal
+ * itself, as LZ77 does, when the occurrence overlaps the end). */
+struct fx_drafter_ngram_params {
+    int32_t n_max; /* 3 */
+    int32_t n_min; /* 1 */
+};
+struct fx_drafter_ngram_params fx_drafter_ngram_default_params(void);
+fx_status fx_drafter_ngram_create(const struct fx_drafter_ngram_params *params,
+                                  struct fx_drafter **out, struct fx_error *err);
+
+/* A draft model: a second, smaller model with the target's vocabulary (the same tokenizer
+ * model, token count and token texts: otherwise FX_ERR_INVALID_ARG naming the first difference),
+ * run greedily on its own context made with cp (n_ctx at least the target context's), kept in
+ * step with the sequence by truncating its cache to the common prefix. Borrows both models. */
+fx_status fx_drafter_model_create(const struct fx_model *target, const struct fx_model *draft,
+                                  const struct fx_context_params *cp, struct fx_drafter **out,
+                                  struct fx_error *err);
+void fx_drafter_free(struct fx_drafter *d);
+/* "ngram" or "draft". */
+const char *fx_drafter_name(const struct fx_drafter *d);
+
+/* Proposes up to k (>= 0) tokens to follow seq[0..n_seq) into draft[0..*n_draft). Entries of
+ * seq may be FX_TOKEN_NULL where the caller does not know them (positions loaded from a saved
+ * state); nothing is proposed from or through them. */
+fx_status fx_drafter_propose(struct fx_drafter *d, const fx_token *seq, int32_t n_seq, int32_t k,
+                             fx_token *draft, int32_t *n_draft, struct fx_error *err);
+/* Tells the drafter that of the n_draft tokens it last proposed the first n_accepted were kept. */
+void fx_drafter_accepted(struct fx_drafter *d, int32_t n_draft, int32_t n_accepted);
+
+/* Speculation over one sequence of a context's contiguous cache. */
+struct fx_spec;
+
+struct fx_spec_params {
+    int32_t draft_max; /* most tokens drafted per step (16) */
+    int32_t draft_min; /* a shorter draft is not verified: a plain step instead (0) */
+    /* true (the default): k adapts to the recent acceptance rate (a draft row is added while
+     * its chance of being kept exceeds its measured cost relative to a plain step) and
+     * speculation switches itself off for a while when a token costs more through it than
+     * through plain decoding (measured). false: always draft_max, never off. */
+    bool adaptive;
+};
+struct fx_spec_params fx_spec_default_params(void);
+
+/* The state borrows ctx and d; it allocates the verification logits ([draft_max + 1][n_vocab]). */
+fx_status fx_spec_create(struct fx_context *ctx, struct fx_drafter *d,
+                         const struct fx_spec_params *params, struct fx_spec **out,
+                         struct fx_error *err);
+void fx_spec_free(struct fx_spec *s);
+
+/* Receives each token a step yields, in order; setting *stop ends the step after this token. */
+typedef fx_status (*fx_spec_emit_fn)(void *user, fx_token token, bool *stop, struct fx_error *err);
+
+/* One decoding step. seq[0..n_seq) is the sequence; its last token has been sampled (and
+ * accepted by the sampler) but not evaluated: fx_context_kv_len(ctx) == n_seq - 1. The step
+ * drafts up to k tokens (k <= n_max - 1 when n_max > 0, and within the context), evaluates [last,
+ * drafts] in one fx_forward_batch (one fx_forward_token when nothing is drafted), then for each
+ * row in order samples its token (fx_sampler_sample_draft), accepts it into the sampler and hands
+ * it to emit, until a token differs from its draft, the rows run out, or emit says stop. The cache
+ * then holds the sequence and every yielded token except the last (rejected rows rolled back);
+ * *n_out (may be NULL) receives the number of tokens yielded (>= 1 on success). */
+fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token *seq,
+                       int32_t n_seq, int32_t n_max, fx_spec_emit_fn emit, void *user,
+                       int32_t *n_out, struct fx_error *err);
+
+struct fx_spec_stats {
+    uint64_t steps;        /* fx_spec_step calls */
+    uint64_t verify_steps; /* of those, with drafts verified in a batch */
+    uint64_t drafted;      /* draft tokens verified */
+    uint64_t accepted;     /* of those, kept */
+    uint64_t verify_out;   /* tokens yielded by verify steps (accepted drafts plus the next) */
+    uint64_t plain_out;    /* tokens yielded by plain steps */
+    uint64_t switched_off; /* times speculation switched itself off */
+    double verify_seconds, plain_seconds; /* drafting and forward time of each kind of step */
+};
+void fx_spec_stats(const struct fx_spec *s, struct fx_spec_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
  * Stopping
  *
  * A stopper decides when generation ends and which text may be shown so far. Feed it every

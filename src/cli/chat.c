@@ -290,6 +290,7 @@ static bool turn(struct chat *c) {
                 c->gen->n_ids, (t2 - t1) * 1e3, per_second(c->gen->n_ids, t2 - t1),
                 fx_cli_gen_end_name(end), kv);
         print_ids("answer", c->gen->ids, c->gen->n_ids);
+        fx_cli_gen_print_spec(c->gen, stderr, "chat");
     }
     free(ids);
     if (end == FX_CLI_END_CONTEXT_FULL)
@@ -373,6 +374,7 @@ static int parse_args(int argc, char **argv, struct fx_cli_gen_opts *o, const ch
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
+    fx_cli_gen_expand_aliases(argc, argv);
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, FX_CLI_GEN_SHORTOPTS "vh", opts, NULL)) != -1;) {
         int r = fx_cli_gen_opt(o, "chat", c, optarg);

@@ -17,10 +17,14 @@
 
 void fx_cli_gen_opts_init(struct fx_cli_gen_opts *o) {
     struct fx_context_params cp = fx_context_default_params();
+    struct fx_spec_params sp = fx_spec_default_params();
     *o = (struct fx_cli_gen_opts){.n_predict = -1,
                                   .type_k = cp.type_k,
                                   .type_v = cp.type_v,
-                                  .sampler = fx_sampler_default_params()};
+                                  .sampler = fx_sampler_default_params(),
+                                  .spec = FX_CLI_SPEC_DEFAULT,
+                                  .draft_max = sp.draft_max,
+                                  .draft_min = sp.draft_min};
 }
 
 void fx_cli_gen_opts_free(struct fx_cli_gen_opts *o) {
@@ -69,6 +73,23 @@ static bool grow_append(void **arr, size_t *n, size_t elem, const void *value) {
     *arr = grown;
     (*n)++;
     return true;
+}
+
+void fx_cli_gen_expand_aliases(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "-md") == 0)
+            argv[i] = (char *)"--model-draft";
+}
+
+static bool parse_spec(const char *s, enum fx_cli_spec *out) {
+    static const char *const names[] = {
+        [FX_CLI_SPEC_NONE] = "none", [FX_CLI_SPEC_NGRAM] = "ngram", [FX_CLI_SPEC_DRAFT] = "draft"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum fx_cli_spec)i;
+            return true;
+        }
+    return false;
 }
 
 int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char *arg) {
@@ -141,6 +162,22 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
     case FX_CLI_OPT_IGNORE_EOS:
         o->ignore_eos = true;
         return 1;
+    case FX_CLI_OPT_SPEC:
+        ok = parse_spec(arg, &o->spec), what = "--spec (ngram, draft or none)";
+        o->spec_given = true;
+        break;
+    case FX_CLI_OPT_DRAFT_MAX:
+        ok = fx_cli_parse_int(arg, 0, 256, &o->draft_max), what = "--draft-max (0 to 256)";
+        break;
+    case FX_CLI_OPT_DRAFT_MIN:
+        ok = fx_cli_parse_int(arg, 0, 256, &o->draft_min), what = "--draft-min (0 to 256)";
+        break;
+    case FX_CLI_OPT_MODEL_DRAFT:
+        o->draft_path = arg;
+        return 1;
+    case FX_CLI_OPT_SPEC_FIXED:
+        o->spec_fixed = true;
+        return 1;
     default:
         return 0;
     }
@@ -151,6 +188,8 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
 }
 
 void fx_cli_gen_opts_finish(struct fx_cli_gen_opts *o) {
+    if (o->draft_path && !o->spec_given) /* as llama.cpp: a draft model is used when given */
+        o->spec = FX_CLI_SPEC_DRAFT;
     if (o->seed_given)
         return;
     uint64_t seed;
@@ -188,9 +227,19 @@ void fx_cli_gen_usage(FILE *out) {
             "  --presence-penalty F      (default 0: off)\n"
             "  --frequency-penalty F     (default 0: off)\n"
             "  -l, --logit-bias ID+B     add B to token ID's logit (ID-inf bans it); repeatable\n"
-            "  -s, --seed S              random seed (default -1: a new one each run, printed)\n",
+            "  -s, --seed S              random seed (default -1: a new one each run, printed)\n"
+            "speculative decoding (the same text as without, several tokens per step):\n"
+            "  --spec KIND               ngram (prompt lookup), draft (a draft model, -md) or\n"
+            "                            none (default %s; draft when -md is given)\n"
+            "  -md, --model-draft FILE   a draft model with the same vocabulary\n"
+            "  --draft-max N             most tokens drafted per step (default %d; 0: none)\n"
+            "  --draft-min N             drafts shorter than N are not verified (default %d)\n"
+            "  --spec-fixed              always draft --draft-max tokens (no adaptive k, no\n"
+            "                            switching off when speculation does not pay)\n",
             fx_cli_kv_type_name(fx_context_default_params().type_k),
-            fx_cli_kv_type_name(fx_context_default_params().type_v));
+            fx_cli_kv_type_name(fx_context_default_params().type_v),
+            FX_CLI_SPEC_DEFAULT == FX_CLI_SPEC_NGRAM ? "ngram" : "none",
+            fx_spec_default_params().draft_max, fx_spec_default_params().draft_min);
 }
 
 /* ---- model loading -------------------------------------------------------------------------- */
@@ -294,10 +343,48 @@ void fx_cli_gen_free(struct fx_cli_gen *g) {
         return;
     fx_sampler_free(g->sampler);
     fx_stopper_free(g->stopper);
+    fx_spec_free(g->spec);
+    fx_drafter_free(g->drafter);
+    fx_model_free(g->draft_model);
     free(g->logits);
     free(g->ids);
+    free(g->seq);
     free(g->text);
     free(g);
+}
+
+/* The drafter and speculation state the options ask for (none with --spec none or
+ * --draft-max 0). */
+static fx_status spec_create(struct fx_cli_gen *g, const struct fx_cli_gen_opts *o,
+                             struct fx_error *err) {
+    if (o->spec == FX_CLI_SPEC_NONE || o->draft_max == 0)
+        return FX_OK;
+    fx_status st;
+    if (o->spec == FX_CLI_SPEC_NGRAM) {
+        st = fx_drafter_ngram_create(NULL, &g->drafter, err);
+    } else {
+        if (!o->draft_path)
+            return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                                "--spec draft needs a draft model (-md FILE)");
+        if ((st = fx_model_load(o->draft_path, NULL, &g->draft_model, err)) != FX_OK) {
+            fx_error_prefix(err, "draft model %s", o->draft_path);
+            return st;
+        }
+        struct fx_context_params cp = fx_context_default_params();
+        cp.n_ctx = fx_context_n_ctx(g->ctx);
+        cp.n_threads = o->n_threads;
+        st = fx_drafter_model_create(fx_context_model(g->ctx), g->draft_model, &cp, &g->drafter,
+                                     err);
+        if (st != FX_OK)
+            fx_error_prefix(err, "-md %s", o->draft_path);
+    }
+    if (st != FX_OK)
+        return st;
+    struct fx_spec_params sp = fx_spec_default_params();
+    sp.draft_max = o->draft_max;
+    sp.draft_min = o->draft_min;
+    sp.adaptive = !o->spec_fixed;
+    return fx_spec_create(g->ctx, g->drafter, &sp, &g->spec, err);
 }
 
 fx_status fx_cli_gen_create(struct fx_context *ctx, const struct fx_vocab *v,
@@ -349,13 +436,18 @@ fx_status fx_cli_gen_create(struct fx_context *ctx, const struct fx_vocab *v,
     g->logits = malloc((size_t)n_vocab * sizeof *g->logits);
     g->ids = malloc(((size_t)n_ctx + 1) * sizeof *g->ids);
     g->text = malloc(g->text_cap);
-    if (!g->logits || !g->ids || !g->text)
+    g->seq = malloc(((size_t)n_ctx + 1) * sizeof *g->seq);
+    if (!g->logits || !g->ids || !g->text || !g->seq)
         goto fail;
+    for (int32_t i = 0; i <= n_ctx; i++)
+        g->seq[i] = FX_TOKEN_NULL;
     g->ctx = ctx;
     g->vocab = v;
     g->n_vocab = n_vocab;
     g->n_predict = o->n_predict;
     g->text[0] = '\0';
+    if ((st = spec_create(g, o, err)))
+        goto done;
     *out = g;
     g = NULL;
     st = FX_OK;
@@ -374,6 +466,10 @@ fx_status fx_cli_gen_prefill(struct fx_cli_gen *g, const fx_token *tokens, int32
     fx_status st = fx_forward_batch_last(g->ctx, tokens, n, pos0, g->logits, err);
     for (int32_t i = 0; i < n && st == FX_OK; i++)
         st = fx_sampler_accept(g->sampler, tokens[i], err);
+    if (st == FX_OK) {
+        memcpy(g->seq + pos0, tokens, (size_t)n * sizeof *tokens);
+        g->n_seq = pos0 + n;
+    }
     return st;
 }
 
@@ -411,11 +507,38 @@ static enum fx_cli_gen_end end_of(enum fx_stop_reason r) {
     }
 }
 
+/* Takes one sampled (and accepted) token: the stopper decides, the released text is written,
+ * and the token joins the sequence. Sets *stop (and g->end) when generation is over. */
+static fx_status take_token(void *user, fx_token t, bool *stop, struct fx_error *err) {
+    struct fx_cli_gen *g = user;
+    struct fx_stop_result r;
+    size_t len;
+    const char *piece = fx_token_to_piece(g->vocab, t, false, &len);
+    fx_status st = fx_stopper_push(g->stopper, t, piece ? piece : "", len, &r, err);
+    if (st)
+        return st;
+    g->n_gen++;
+    if (r.reason != FX_STOP_TOKEN)
+        g->ids[g->n_ids++] = t;
+    g->seq[g->n_seq++] = t;
+    if ((st = emit(g, g->out, r.text, r.len, err)))
+        return st;
+    if (r.reason != FX_STOP_NONE) {
+        g->end = end_of(r.reason);
+        g->stopped = *stop = true;
+    }
+    return FX_OK;
+}
+
 fx_status fx_cli_gen_run(struct fx_cli_gen *g, FILE *out, const volatile sig_atomic_t *interrupt,
                          enum fx_cli_gen_end *end, struct fx_error *err) {
     g->n_ids = 0;
     g->text_len = 0;
     g->text[0] = '\0';
+    g->out = out;
+    g->n_gen = 0;
+    g->stopped = false;
+    g->n_seq = fx_context_kv_len(g->ctx);
     fx_stopper_reset(g->stopper);
     *end = FX_CLI_END_MAX_TOKENS;
     if (g->n_predict == 0)
@@ -423,36 +546,61 @@ fx_status fx_cli_gen_run(struct fx_cli_gen *g, FILE *out, const volatile sig_ato
     int32_t n_ctx = fx_context_n_ctx(g->ctx);
     struct fx_stop_result r;
     fx_status st;
-    for (;;) {
-        if (interrupt && *interrupt) {
-            *end = FX_CLI_END_INTERRUPTED;
-            break;
-        }
-        fx_token t;
-        if ((st = fx_sampler_sample(g->sampler, g->logits, &t, err)) ||
-            (st = fx_sampler_accept(g->sampler, t, err)))
-            return st;
-        size_t len;
-        const char *piece = fx_token_to_piece(g->vocab, t, false, &len);
-        if ((st = fx_stopper_push(g->stopper, t, piece ? piece : "", len, &r, err)))
-            return st;
-        if (r.reason != FX_STOP_TOKEN)
-            g->ids[g->n_ids++] = t;
-        if ((st = emit(g, out, r.text, r.len, err)))
-            return st;
-        if (r.reason != FX_STOP_NONE) {
-            *end = end_of(r.reason);
-            return FX_OK;
-        }
+    /* The first token comes from the logits the caller left (the prompt's last row). */
+    fx_token t;
+    bool stop = false;
+    if ((st = fx_sampler_sample(g->sampler, g->logits, &t, err)) ||
+        (st = fx_sampler_accept(g->sampler, t, err)) || (st = take_token(g, t, &stop, err)))
+        return st;
+    /* Each step evaluates the last token (the sequence is the cache and that token): alone, or
+     * with drafts after it when speculating. */
+    while (!g->stopped) {
         int32_t pos = fx_context_kv_len(g->ctx);
         if (pos >= n_ctx) {
             *end = FX_CLI_END_CONTEXT_FULL;
-            break;
+            goto finish;
         }
-        if ((st = fx_forward_token(g->ctx, t, pos, g->logits, err)))
+        if (interrupt && *interrupt) {
+            /* Every token shown is in the cache, the last one too. */
+            if ((st = fx_forward_token(g->ctx, g->seq[g->n_seq - 1], pos, g->logits, err)))
+                return st;
+            *end = FX_CLI_END_INTERRUPTED;
+            goto finish;
+        }
+        if (g->spec) {
+            int32_t left = g->n_predict > 0 ? (int32_t)(g->n_predict - g->n_gen) : 0;
+            st =
+                fx_spec_step(g->spec, g->sampler, g->seq, g->n_seq, left, take_token, g, NULL, err);
+        } else {
+            t = g->seq[g->n_seq - 1];
+            if (!(st = fx_forward_token(g->ctx, t, pos, g->logits, err)) &&
+                !(st = fx_sampler_sample(g->sampler, g->logits, &t, err)) &&
+                !(st = fx_sampler_accept(g->sampler, t, err)))
+                st = take_token(g, t, &stop, err);
+        }
+        if (st)
             return st;
     }
+    *end = g->end;
+    return FX_OK;
+finish:
     /* Ended by the caller or the context: what the stopper held back is output too. */
     fx_stopper_finish(g->stopper, &r);
     return emit(g, out, r.text, r.len, err);
+}
+
+void fx_cli_gen_print_spec(const struct fx_cli_gen *g, FILE *f, const char *prefix) {
+    if (!g->spec)
+        return;
+    struct fx_spec_stats s;
+    fx_spec_stats(g->spec, &s);
+    fprintf(f,
+            "%s: speculation (%s): acceptance %.1f%% (%llu of %llu drafts), %.2f tokens per "
+            "verify step (%llu steps), %llu plain steps, switched off %llu times\n",
+            prefix, fx_drafter_name(g->drafter),
+            s.drafted ? 100.0 * (double)s.accepted / (double)s.drafted : 0.0,
+            (unsigned long long)s.accepted, (unsigned long long)s.drafted,
+            s.verify_steps ? (double)s.verify_out / (double)s.verify_steps : 0.0,
+            (unsigned long long)s.verify_steps, (unsigned long long)s.plain_out,
+            (unsigned long long)s.switched_off);
 }

@@ -1,6 +1,6 @@
-/* What `ferrox run` and `ferrox chat` share: the model, context and sampling options and their
- * parsing, loading a model (perplexity uses that too), and the generation loop (sample, stop,
- * stream the text, evaluate the token). */
+/* What `ferrox run` and `ferrox chat` share: the model, context, sampling and speculation options
+ * and their parsing, loading a model (perplexity uses that too), and the generation loop (sample,
+ * stop, stream the text, evaluate the token, or draft and verify several at once). */
 #ifndef FX_CLI_GEN_H
 #define FX_CLI_GEN_H
 
@@ -25,6 +25,11 @@ enum {
     FX_CLI_OPT_IGNORE_EOS,
     FX_CLI_OPT_CACHE_TYPE_K,
     FX_CLI_OPT_CACHE_TYPE_V,
+    FX_CLI_OPT_SPEC,
+    FX_CLI_OPT_DRAFT_MAX,
+    FX_CLI_OPT_DRAFT_MIN,
+    FX_CLI_OPT_MODEL_DRAFT,
+    FX_CLI_OPT_SPEC_FIXED,
     FX_CLI_OPT_OWN = 0x200,
 };
 
@@ -45,9 +50,22 @@ enum {
         {"presence-penalty", required_argument, NULL, FX_CLI_OPT_PRESENCE_PENALTY},                \
         {"frequency-penalty", required_argument, NULL, FX_CLI_OPT_FREQUENCY_PENALTY},              \
         {"ignore-eos", no_argument, NULL, FX_CLI_OPT_IGNORE_EOS},                                  \
-        {"cache-type-k", required_argument, NULL, FX_CLI_OPT_CACHE_TYPE_K}, {                      \
-        "cache-type-v", required_argument, NULL, FX_CLI_OPT_CACHE_TYPE_V                           \
+        {"cache-type-k", required_argument, NULL, FX_CLI_OPT_CACHE_TYPE_K},                        \
+        {"cache-type-v", required_argument, NULL, FX_CLI_OPT_CACHE_TYPE_V},                        \
+        {"spec", required_argument, NULL, FX_CLI_OPT_SPEC},                                        \
+        {"draft-max", required_argument, NULL, FX_CLI_OPT_DRAFT_MAX},                              \
+        {"draft", required_argument, NULL, FX_CLI_OPT_DRAFT_MAX},                                  \
+        {"draft-n", required_argument, NULL, FX_CLI_OPT_DRAFT_MAX},                                \
+        {"draft-min", required_argument, NULL, FX_CLI_OPT_DRAFT_MIN},                              \
+        {"draft-n-min", required_argument, NULL, FX_CLI_OPT_DRAFT_MIN},                            \
+        {"model-draft", required_argument, NULL, FX_CLI_OPT_MODEL_DRAFT}, {                        \
+        "spec-fixed", no_argument, NULL, FX_CLI_OPT_SPEC_FIXED                                     \
     }
+
+/* --spec: what drafts tokens for speculative decoding. */
+enum fx_cli_spec { FX_CLI_SPEC_NONE, FX_CLI_SPEC_NGRAM, FX_CLI_SPEC_DRAFT };
+/* The default, chosen by measurement (docs/PERFORMANCE.md, "Speculative decoding"). */
+#define FX_CLI_SPEC_DEFAULT FX_CLI_SPEC_NGRAM
 
 struct fx_cli_gen_opts {
     const char *model_path; /* -m; NULL when not given */
@@ -63,7 +81,17 @@ struct fx_cli_gen_opts {
     size_t n_bias;
     const char **stops; /* [n_stops], from --stop / -r (borrowed from argv) */
     size_t n_stops;
+    enum fx_cli_spec spec;  /* --spec; -md alone selects draft */
+    bool spec_given;        /* --spec was given */
+    int draft_max;          /* --draft-max (0: no speculation) */
+    int draft_min;          /* --draft-min */
+    bool spec_fixed;        /* --spec-fixed: always draft_max, never switched off */
+    const char *draft_path; /* -md / --model-draft; NULL when not given */
 };
+
+/* llama.cpp's single-dash spelling -md rewritten in argv as --model-draft (call before
+ * getopt_long, which would read -md as -m d). */
+void fx_cli_gen_expand_aliases(int argc, char **argv);
 
 /* llama.cpp's defaults (fx_sampler_default_params), no token limit. */
 void fx_cli_gen_opts_init(struct fx_cli_gen_opts *o);
@@ -71,7 +99,7 @@ void fx_cli_gen_opts_free(struct fx_cli_gen_opts *o);
 /* Handles one getopt_long result: 1 when it was a shared option, 0 when it is not one, -1 for a
  * bad value (reported on stderr as "ferrox CMD: ..."). */
 int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char *arg);
-/* After parsing: draws a seed when none was given. */
+/* After parsing: draws a seed when none was given; -md without --spec selects the draft model. */
 void fx_cli_gen_opts_finish(struct fx_cli_gen_opts *o);
 /* The help text of the shared options. */
 void fx_cli_gen_usage(FILE *out);
@@ -103,7 +131,8 @@ enum fx_cli_gen_end {
 /* "end of text", "stop string", ... */
 const char *fx_cli_gen_end_name(enum fx_cli_gen_end end);
 
-/* A generator: a sampler and a stopper over one context. It borrows the context and the
+/* A generator: a sampler and a stopper over one context, and with speculation a drafter (a draft
+ * model it loads, with its own context) and the speculation state. It borrows the context and the
  * vocabulary. */
 struct fx_cli_gen {
     struct fx_context *ctx;
@@ -117,6 +146,18 @@ struct fx_cli_gen {
     int32_t n_ids;
     char *text; /* the last generation's text (NUL-terminated), as it was written */
     size_t text_len, text_cap;
+    /* The sequence: the tokens the cache holds (FX_TOKEN_NULL where they were loaded from a
+     * saved state and are not known) and, while generating, the token sampled last. */
+    fx_token *seq; /* [n_ctx + 1] */
+    int32_t n_seq;
+    struct fx_model *draft_model; /* -md, or NULL */
+    struct fx_drafter *drafter;   /* NULL without speculation */
+    struct fx_spec *spec;         /* NULL without speculation */
+    /* The generation in progress (the loop's state, for the token callback). */
+    FILE *out;
+    int64_t n_gen; /* tokens sampled */
+    bool stopped;  /* the stopper ended it, for the reason in `end` */
+    enum fx_cli_gen_end end;
 };
 
 fx_status fx_cli_gen_create(struct fx_context *ctx, const struct fx_vocab *v,
@@ -132,10 +173,15 @@ fx_status fx_cli_gen_prefill(struct fx_cli_gen *g, const fx_token *tokens, int32
 
 /* Generates from g->logits, the next position being the cache's length: each token is sampled,
  * its text (held back while it may be the start of a stop string or of a UTF-8 character) written
- * to out and flushed, and the token evaluated, until an end-of-generation token (unless
+ * to out and flushed, and the token evaluated (with speculation: drafts verified with it, several
+ * tokens per step, the same tokens as without), until an end-of-generation token (unless
  * ignore_eos), a stop string, n_predict tokens, a full context, or *interrupt set. Every token
  * written is in the cache except the last one. */
 fx_status fx_cli_gen_run(struct fx_cli_gen *g, FILE *out, const volatile sig_atomic_t *interrupt,
                          enum fx_cli_gen_end *end, struct fx_error *err);
+
+/* With speculation, one line on f: "PREFIX: speculation (ngram): acceptance 87.5% (...), 6.1
+ * tokens per verify step, ..." (counts since the generator was created); nothing without. */
+void fx_cli_gen_print_spec(const struct fx_cli_gen *g, FILE *f, const char *prefix);
 
 #endif

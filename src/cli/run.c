@@ -1,9 +1,12 @@
 /* ferrox run -m MODEL -p PROMPT [-f FILE] [-n N] [sampling options] [--truncate]
+ *            [--prompt-cache FILE]
  *
  * Tokenizes the prompt, prefills it, and streams the generated text (the continuation only, not
  * the prompt) to stdout as it comes; load time and speeds go to stderr. Without -m it runs a
  * small random-weight model that it builds once into the user's cache directory, so that the
- * first command on a fresh machine works. */
+ * first command on a fresh machine works. With --prompt-cache, the part of the prompt a saved
+ * state (kv/state.c) shares is loaded instead of computed, and the state of the prompt and the
+ * generated text is saved afterwards. */
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -20,19 +23,27 @@
 #include "model/ftype.h"
 #include "model/synth.h"
 
-enum { OPT_TRUNCATE = FX_CLI_OPT_OWN };
+enum { OPT_TRUNCATE = FX_CLI_OPT_OWN, OPT_PROMPT_CACHE };
+
+static bool verbose; /* -v: speculation's figures after the run */
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: ferrox run [-m MODEL] (-p PROMPT | -f FILE) [-n N] [options]\n\n"
-                 "Generates a continuation of the prompt and streams it to stdout; load time and\n"
-                 "speeds go to stderr. Without -m, a small model with random weights (built once\n"
-                 "into ~/.cache/ferrox) shows that everything works.\n\n"
-                 "prompt:\n"
-                 "  -p, --prompt TEXT         the prompt\n"
-                 "  -f, --file FILE           read the prompt from FILE ('-': standard input; one\n"
-                 "                            final newline is dropped, as llama.cpp does)\n"
-                 "  --truncate                keep the end of a prompt too long for the context\n"
-                 "                            (room is left for -n tokens, at most half of it)\n");
+    fprintf(out,
+            "usage: ferrox run [-m MODEL] (-p PROMPT | -f FILE) [-n N] [options]\n\n"
+            "Generates a continuation of the prompt and streams it to stdout; load time and\n"
+            "speeds go to stderr. Without -m, a small model with random weights (built once\n"
+            "into ~/.cache/ferrox) shows that everything works.\n\n"
+            "prompt:\n"
+            "  -p, --prompt TEXT         the prompt\n"
+            "  -f, --file FILE           read the prompt from FILE ('-': standard input; one\n"
+            "                            final newline is dropped, as llama.cpp does)\n"
+            "  --truncate                keep the end of a prompt too long for the context\n"
+            "                            (room is left for -n tokens, at most half of it)\n"
+            "  --prompt-cache FILE       load the prompt's longest prefix saved in FILE (if it\n"
+            "                            exists) instead of computing it, and save the state\n"
+            "                            of the prompt and the generated text to FILE\n"
+            "  -v, --verbose             print speculation's acceptance rate and tokens per\n"
+            "                            verify step after the run\n");
     fx_cli_gen_usage(out);
 }
 
@@ -143,16 +154,73 @@ static int32_t truncate_prompt(const struct fx_vocab *v, fx_token *ids, int32_t 
     return keep;
 }
 
+/* --prompt-cache FILE before the prompt is evaluated: when FILE exists, loads the prompt's
+ * longest prefix it holds (at most all but the last token) into the context. The loaded tokens
+ * join the sampler's penalty window and the generator's sequence, as prefilled ones do. A file that
+ * is refused (damaged, of another model or KV type) is an error, as in llama.cpp. */
+static bool load_prompt_cache(struct fx_cli_gen *g, const char *path, const fx_token *ids,
+                              int32_t n_prompt, int32_t *n_cached) {
+    struct fx_error err;
+    *n_cached = 0;
+    if (access(path, F_OK) != 0 && errno == ENOENT) {
+        fprintf(stderr, "ferrox run: prompt cache %s does not exist yet; it will be written\n",
+                path);
+        return true;
+    }
+    if (fx_context_state_load(g->ctx, path, ids, n_prompt, n_cached, &err) != FX_OK) {
+        fprintf(stderr, "ferrox run: --prompt-cache %s: %s\n", path, err.msg);
+        return false;
+    }
+    for (int32_t i = 0; i < *n_cached; i++)
+        if (fx_sampler_accept(g->sampler, ids[i], &err) != FX_OK) {
+            fprintf(stderr, "ferrox run: %s\n", err.msg);
+            return false;
+        }
+    memcpy(g->seq, ids, (size_t)*n_cached * sizeof *ids); /* their tokens are known */
+    fprintf(stderr, "ferrox run: prompt cache %s: %d of the %d prompt tokens loaded from it\n",
+            path, *n_cached, n_prompt);
+    return true;
+}
+
+/* --prompt-cache FILE after the run: saves what the cache holds (the prompt, then every
+ * generated token but the last, which was never evaluated) with those tokens. *all receives the
+ * token buffer (the caller frees it). */
+static bool save_prompt_cache(const struct fx_cli_gen *g, const char *path, const fx_token *ids,
+                              int32_t n_prompt, fx_token **all) {
+    struct fx_error err;
+    int32_t n = fx_context_kv_len(g->ctx);
+    /* Never more than the prompt and the tokens made (fx_cli_gen_run); rows whose token is not
+     * known would not be saved. */
+    if (n > n_prompt + g->n_ids)
+        n = n_prompt + g->n_ids;
+    if (!(*all = malloc(((size_t)n_prompt + (size_t)g->n_ids) * sizeof **all + 1))) {
+        fprintf(stderr, "ferrox run: out of memory\n");
+        return false;
+    }
+    memcpy(*all, ids, (size_t)n_prompt * sizeof **all);
+    memcpy(*all + n_prompt, g->ids, (size_t)g->n_ids * sizeof **all);
+    if (fx_context_state_save(g->ctx, *all, n, path, &err) != FX_OK) {
+        fprintf(stderr, "ferrox run: --prompt-cache %s: %s\n", path, err.msg);
+        return false;
+    }
+    fprintf(stderr, "ferrox run: prompt cache %s: saved %d tokens\n", path, n);
+    return true;
+}
+
 static int parse_args(int argc, char **argv, struct fx_cli_gen_opts *o, const char **prompt,
-                      const char **file, bool *truncate) {
-    static const struct option opts[] = {FX_CLI_GEN_LONGOPTS,
-                                         {"prompt", required_argument, NULL, 'p'},
-                                         {"file", required_argument, NULL, 'f'},
-                                         {"truncate", no_argument, NULL, OPT_TRUNCATE},
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
+                      const char **file, bool *truncate, const char **prompt_cache) {
+    static const struct option opts[] = {
+        FX_CLI_GEN_LONGOPTS,
+        {"prompt", required_argument, NULL, 'p'},
+        {"file", required_argument, NULL, 'f'},
+        {"truncate", no_argument, NULL, OPT_TRUNCATE},
+        {"prompt-cache", required_argument, NULL, OPT_PROMPT_CACHE},
+        {"verbose", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    fx_cli_gen_expand_aliases(argc, argv);
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, FX_CLI_GEN_SHORTOPTS "p:f:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, FX_CLI_GEN_SHORTOPTS "p:f:hv", opts, NULL)) != -1;) {
         int r = fx_cli_gen_opt(o, "run", c, optarg);
         if (r < 0)
             return 2;
@@ -167,6 +235,12 @@ static int parse_args(int argc, char **argv, struct fx_cli_gen_opts *o, const ch
             break;
         case OPT_TRUNCATE:
             *truncate = true;
+            break;
+        case OPT_PROMPT_CACHE:
+            *prompt_cache = optarg;
+            break;
+        case 'v':
+            verbose = true;
             break;
         case 'h':
             usage(stdout);
@@ -190,9 +264,9 @@ static int parse_args(int argc, char **argv, struct fx_cli_gen_opts *o, const ch
 int fx_cli_run(int argc, char **argv) {
     struct fx_cli_gen_opts o;
     fx_cli_gen_opts_init(&o);
-    const char *prompt = NULL, *file = NULL;
+    const char *prompt = NULL, *file = NULL, *prompt_cache = NULL;
     bool truncate = false;
-    int rc = parse_args(argc, argv, &o, &prompt, &file, &truncate);
+    int rc = parse_args(argc, argv, &o, &prompt, &file, &truncate, &prompt_cache);
     if (rc >= 0) {
         fx_cli_gen_opts_free(&o);
         return rc;
@@ -203,7 +277,7 @@ int fx_cli_run(int argc, char **argv) {
     struct fx_cli_model m = {0};
     struct fx_context *ctx = NULL;
     struct fx_cli_gen *g = NULL;
-    fx_token *ids = NULL;
+    fx_token *ids = NULL, *all = NULL;
     char *text = NULL;
     struct fx_error err;
     size_t text_len = prompt ? strlen(prompt) : 0;
@@ -256,8 +330,11 @@ int fx_cli_run(int argc, char **argv) {
         fprintf(stderr, "ferrox run: %s\n", err.msg);
         goto done;
     }
+    int32_t n_cached = 0;
+    if (prompt_cache && !load_prompt_cache(g, prompt_cache, ids, n_prompt, &n_cached))
+        goto done;
     double t0 = fx_cli_now();
-    if (fx_cli_gen_prefill(g, ids, n_prompt, 0, &err) != FX_OK) {
+    if (fx_cli_gen_prefill(g, ids + n_cached, n_prompt - n_cached, n_cached, &err) != FX_OK) {
         fprintf(stderr, "ferrox run: prompt: %s\n", err.msg);
         goto done;
     }
@@ -272,18 +349,23 @@ int fx_cli_run(int argc, char **argv) {
         fprintf(stderr, "ferrox run: %s\n", err.msg);
         goto done;
     }
-    fprintf(stderr, "ferrox run: prompt: %d tokens in %.2f ms (%.1f tokens/s)\n", n_prompt,
-            (t1 - t0) * 1e3, per_second(n_prompt, t1 - t0));
+    fprintf(stderr, "ferrox run: prompt: %d tokens in %.2f ms (%.1f tokens/s)\n",
+            n_prompt - n_cached, (t1 - t0) * 1e3, per_second(n_prompt - n_cached, t1 - t0));
     fprintf(stderr,
             "ferrox run: generated: %d tokens in %.2f ms (%.1f tokens/s), ended by %s; seed "
             "%" PRIu64 "\n",
             g->n_ids, (t2 - t1) * 1e3, per_second(g->n_ids, t2 - t1), fx_cli_gen_end_name(end),
             o.sampler.seed);
+    if (verbose)
+        fx_cli_gen_print_spec(g, stderr, "ferrox run");
     if (end == FX_CLI_END_CONTEXT_FULL)
         fprintf(stderr, "ferrox run: the context (%d tokens) is full; raise -c for more\n", n_ctx);
+    if (prompt_cache && !save_prompt_cache(g, prompt_cache, ids, n_prompt, &all))
+        goto done;
     rc = 0;
 done:
     fx_cli_gen_free(g);
+    free(all);
     free(ids);
     free(text);
     fx_context_free(ctx);

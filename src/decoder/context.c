@@ -7,6 +7,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "decoder/decoder.h"
+#include "kv/state.h"
 
 #define ARENA_ALIGN 64
 
@@ -280,4 +281,21 @@ fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_er
 
 const struct fx_model *fx_context_model(const struct fx_context *ctx) {
     return ctx->model;
+}
+
+fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                const char *path, struct fx_error *err) {
+    if (!ctx)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the context is NULL");
+    return fx_kv_contig_save(&ctx->kv, ctx->model, tokens, n, path, err);
+}
+
+fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const fx_token *prompt,
+                                int32_t n_prompt, int32_t *n_loaded, struct fx_error *err) {
+    if (!ctx)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the context is NULL");
+    if (ctx->paged_only)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "this context has no contiguous cache (paged_only)");
+    return fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
 }

@@ -130,4 +130,10 @@ static inline struct fx_mat fx_experts_get(const struct fx_experts *x, int64_t e
     return m;
 }
 
+/* A 64-bit hash of what the model computes with (model/identity.c): its hyper-parameter metadata
+ * (every key but general.* and tokenizer.*), every tensor's name, type and shape, and the first
+ * bytes of every tensor's data. Saved state records it and refuses to load into a model whose
+ * fingerprint differs. */
+uint64_t fx_model_fingerprint(const struct fx_model *m);
+
 #endif

@@ -162,3 +162,98 @@ void fx_sampler_reset(struct fx_sampler *s) {
     fx_penalties_clear(&s->pen);
     fx_rng_seed(&s->rng, s->params.seed);
 }
+
+/* ---- speculative decoding ------------------------------------------------------------------- */
+
+/* The chain's candidates and their probabilities w[i] / *total (the draw's own weights). */
+static fx_status chain_weights(struct fx_sampler *s, const float *logits,
+                               const struct fx_cands **out, double *total, struct fx_error *err) {
+    const struct fx_cands *c;
+    fx_status st = fx_sampler_candidates(s, logits, &c, err);
+    if (st != FX_OK)
+        return st;
+    float max = c->data[fx_cands_best(c)].logit;
+    double sum = 0;
+    for (int32_t i = 0; i < c->n; i++) {
+        c->w[i] = fx_cand_weight(c->data[i].logit, max);
+        sum += c->w[i];
+    }
+    *out = c;
+    *total = sum;
+    return FX_OK;
+}
+
+fx_status fx_sampler_dist(struct fx_sampler *s, const float *logits, fx_token *ids, float *probs,
+                          int32_t *n, struct fx_error *err) {
+    const struct fx_cands *c;
+    double total;
+    fx_status st = chain_weights(s, logits, &c, &total, err);
+    if (st != FX_OK)
+        return st;
+    for (int32_t i = 0; i < c->n; i++) {
+        ids[i] = c->data[i].id;
+        probs[i] = (float)(c->w[i] / total);
+    }
+    *n = c->n;
+    return FX_OK;
+}
+
+/* The general rule, for a drafter that drew `draft` from q: accept with probability
+ * min(1, p(x) / q(x)), else draw from the normalised max(0, p - q). Exact in distribution: the
+ * kept token is distributed as p. */
+static fx_status sample_draft_q(struct fx_sampler *s, const float *logits, fx_token draft,
+                                const float *q, fx_token *out, bool *accepted,
+                                struct fx_error *err) {
+    const struct fx_cands *c;
+    double total;
+    fx_status st = chain_weights(s, logits, &c, &total, err);
+    if (st != FX_OK)
+        return st;
+    double px = 0;
+    for (int32_t i = 0; i < c->n; i++)
+        if (c->data[i].id == draft)
+            px = c->w[i] / total;
+    double qx = q[draft];
+    if (fx_rng_uniform(&s->rng) * qx < px) {
+        *out = draft;
+        *accepted = true;
+        return FX_OK;
+    }
+    /* The residual lives on the candidates: a token outside them has p = 0. */
+    double rtotal = 0;
+    for (int32_t i = 0; i < c->n; i++) {
+        double r = c->w[i] / total - (double)q[c->data[i].id];
+        rtotal += r > 0 ? r : 0;
+    }
+    double u = fx_rng_uniform(&s->rng) * rtotal, cum = 0;
+    int32_t pick = fx_cands_best(c);
+    for (int32_t i = 0; i < c->n && rtotal > 0; i++) {
+        double r = c->w[i] / total - (double)q[c->data[i].id];
+        if (r <= 0)
+            continue;
+        cum += r;
+        pick = i;
+        if (u < cum)
+            break;
+    }
+    *out = c->data[pick].id;
+    *accepted = *out == draft;
+    return FX_OK;
+}
+
+fx_status fx_sampler_sample_draft(struct fx_sampler *s, const float *logits, fx_token draft,
+                                  const float *q, fx_token *out, bool *accepted,
+                                  struct fx_error *err) {
+    if (draft < 0 || draft >= s->n_vocab)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "sampler: draft token %d is outside the vocabulary [0, %d)", (int)draft,
+                            (int)s->n_vocab);
+    if (q && s->params.temperature > 0.0f)
+        return sample_draft_q(s, logits, draft, q, out, accepted, err);
+    /* A point mass on the draft (or greedy decoding, where p is one): accepting the draft with
+     * probability p(x), and otherwise drawing from p without x, is drawing from p and comparing. */
+    fx_status st = fx_sampler_sample(s, logits, out, err);
+    if (st == FX_OK)
+        *accepted = *out == draft;
+    return st;
+}
