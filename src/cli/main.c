@@ -22,8 +22,10 @@ static const struct command commands[] = {
     {"tokenize", fx_cli_tokenize, "text to token ids with a model's tokenizer"},
     {"run", fx_cli_run, "generate text from a prompt, streamed as it comes"},
     {"chat", fx_cli_chat, "interactive chat with a model's chat template"},
+    {"serve", fx_cli_serve, "OpenAI-compatible HTTP server with continuous batching"},
     {"perplexity", fx_cli_perplexity, "perplexity of a text, as llama.cpp's perplexity tool"},
     {"bench-kernels", fx_cli_bench_kernels, "matvec and matmul speed per weight format and table"},
+    {"bench-attn", fx_cli_bench_attn, "decode attention speed per KV cache type and depth"},
     {NULL, NULL, NULL},
 };
 

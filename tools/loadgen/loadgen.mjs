@@ -1,0 +1,79 @@
+// Load generator for OpenAI-compatible servers (ferrox serve, llama-server, vLLM): N concurrent
+// clients each send streaming chat requests back to back; reports aggregate generated tokens/s,
+// time to first token (TTFT) p50/p95 and inter-token latency (ITL) p50/p95.
+//
+//   node tools/loadgen/loadgen.mjs --url http://127.0.0.1:8080/v1 --concurrency 16 \
+//        --requests 32 --max-tokens 64 --prompt-words 150 [--model NAME] [--json]
+//
+// Each request gets its own prompt of random words (about 200 tokens for --prompt-words 150 with
+// a SmolLM2-style vocabulary), so that no two share a prefix, and asks for exactly --max-tokens
+// tokens (ignore_eos, as llama.cpp's field; temperature 0). Install the client first:
+// cd tools/loadgen && npm install.
+import OpenAI from 'openai';
+
+const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
+    if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : 'true']);
+    return acc;
+}, []));
+const url = args.url ?? 'http://127.0.0.1:8080/v1';
+const concurrency = Number(args.concurrency ?? 4);
+const total = Number(args.requests ?? concurrency * 2);
+const maxTokens = Number(args['max-tokens'] ?? 64);
+const promptWords = Number(args['prompt-words'] ?? 150);
+const client = new OpenAI({ baseURL: url, apiKey: args['api-key'] ?? 'none', maxRetries: 0, timeout: 3600e3 });
+const model = args.model ?? (await client.models.list()).data[0].id;
+
+const words = ('time year people way day man thing woman life child world school state family student group ' +
+    'country problem hand part place case week company system program question work government number night ' +
+    'point home water room mother area money story fact month lot right study book eye job word business issue ' +
+    'side kind head house service friend father power hour game line end member law car city community name').split(' ');
+let seed = 12345;
+const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+const prompt = () => 'Write a story using these words: ' +
+    Array.from({ length: promptWords }, () => words[Math.floor(rand() * words.length)]).join(' ');
+
+const ttft = [], itl = [];
+let generated = 0, next = 0, failures = 0;
+async function worker() {
+    while (next < total) {
+        next++;
+        const t0 = performance.now();
+        let last = 0, n = 0;
+        try {
+            const stream = await client.chat.completions.create({
+                model, messages: [{ role: 'user', content: prompt() }], max_tokens: maxTokens, temperature: 0,
+                stream: true, ignore_eos: true, stream_options: { include_usage: true } });
+            let usage = null;
+            for await (const chunk of stream) {
+                if (chunk.usage) usage = chunk.usage;
+                if (!chunk.choices?.[0]?.delta?.content) continue;
+                const t = performance.now();
+                if (n === 0) ttft.push((t - t0) / 1e3);
+                else itl.push((t - last) / 1e3);
+                last = t;
+                n++;
+            }
+            generated += usage?.completion_tokens ?? n;
+        } catch (e) {
+            failures++;
+            console.error(String(e));
+        }
+    }
+}
+const start = performance.now();
+await Promise.all(Array.from({ length: concurrency }, worker));
+const wall = (performance.now() - start) / 1e3;
+const pct = (xs, p) => {
+    if (xs.length === 0) return NaN;
+    const s = [...xs].sort((a, b) => a - b);
+    return s[Math.min(s.length - 1, Math.floor(p * s.length))];
+};
+const result = {
+    url, model, concurrency, requests: total, max_tokens: maxTokens, failures, wall_s: wall,
+    generated_tokens: generated, tokens_per_s: generated / wall,
+    ttft_p50_s: pct(ttft, 0.5), ttft_p95_s: pct(ttft, 0.95), itl_p50_s: pct(itl, 0.5), itl_p95_s: pct(itl, 0.95),
+};
+if (args.json) console.log(JSON.stringify(result));
+else console.log(`concurrency ${concurrency}: ${result.tokens_per_s.toFixed(1)} tok/s, TTFT p50 ` +
+    `${result.ttft_p50_s.toFixed(3)} s p95 ${result.ttft_p95_s.toFixed(3)} s, ITL p50 ` +
+    `${result.itl_p50_s.toFixed(4)} s p95 ${result.itl_p95_s.toFixed(4)} s (${total} requests, ${failures} failed)`);
