@@ -89,6 +89,11 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
         const float *keys = fx_kv_step_keys(&c->kv, k, il, i0, g, t0, n_keys, tile, &k_stride);
         const float *values = fx_kv_step_values(&c->kv, k, il, i0, g, t0, n_keys,
                                                 tile + FX_ATTN_RUN * ctx->kv_tile_dim, &v_stride);
+        /* The next run's rows come from memory while the kernel works on this one. */
+        int32_t next = pos_max - (t0 + FX_ATTN_RUN) + 1;
+        if (next > 0)
+            fx_kv_step_prefetch(&c->kv, il, i0, g, t0 + FX_ATTN_RUN,
+                                next < FX_ATTN_RUN ? next : FX_ATTN_RUN);
         k->attn_run(&st, first, last, keys, k_stride, values, v_stride, n_keys, hp->attn_scale,
                     hp->attn_softcap);
     }

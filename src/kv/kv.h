@@ -139,4 +139,10 @@ const float *fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kerne
                                int64_t i, int g, int32_t t0, int32_t n, float *tile,
                                int64_t *stride);
 
+/* Asks the memory system for the rows fx_kv_step_keys / _values will read for positions
+ * t0..t0+n-1 (the next run, while the kernel works on this one): a conversion into the tile
+ * would otherwise wait for memory with nothing to overlap. */
+void fx_kv_step_prefetch(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0,
+                         int32_t n);
+
 #endif

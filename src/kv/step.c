@@ -107,3 +107,15 @@ const float *fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kerne
                                int64_t *stride) {
     return rows_f32(s, k, il, i, g, t0, n, head_dim(s, true), true, tile, stride);
 }
+
+void fx_kv_step_prefetch(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0,
+                         int32_t n) {
+    for (int is_v = 0; is_v < 2; is_v++)
+        for (int32_t t = t0; t < t0 + n;) {
+            struct kv_place pl = place(s, il, i, g, t, is_v);
+            int32_t seg = pl.run < t0 + n - t ? pl.run : t0 + n - t;
+            for (uint64_t b = 0; b < (uint64_t)seg * pl.stride; b += 64)
+                __builtin_prefetch(pl.row + b, 0, 3);
+            t += seg;
+        }
+}
