@@ -15,10 +15,15 @@ FX_TEST(cli_eval_writes_golden_logits_and_greedy_ids) {
     for (int i = 0; i < g.n_prompt; i++)
         p += snprintf(p, sizeof ids - (size_t)(p - ids), i ? ",%d" : "%d", g.prompt[i]);
     const char *out_path = fx_test_tmpfile("eval.logits");
-    for (int sequential = 0; sequential < 2; sequential++) {
+    for (int run = 0; run < 4; run++) {
+        int sequential = run % 2;
+        const char *kv = run < 2 ? "contig" : "paged";
+        /* The f32-KV golden, compared with an f32 cache (the default is f16), through the
+         * contiguous cache and a paged pool. */
         const char *args[] = {
             "eval",   "-m",       g.model_path, "--ids", ids, "--logits-out",
-            out_path, "--greedy", "32",         "-t",    "2", sequential ? "--sequential" : NULL,
+            out_path, "--greedy", "32",         "-t",    "2", "-ctk",
+            "f32",    "-ctv",     "f32",        "--kv",  kv,  sequential ? "--sequential" : NULL,
             NULL};
         char *out, *err;
         int rc = fx_test_run_cli(args, NULL, &out, &err);

@@ -90,7 +90,9 @@ FX_TEST(decoder_llama_moe_with_copied_experts_equals_dense) {
     if (fx_model_load(path, NULL, &m, &err) != FX_OK)
         fail_msg("%s", err.msg);
     assert_string_equal(fx_model_arch(m), "llama");
-    assert_int_equal(fx_context_create(m, NULL, &ctx, &err), FX_OK);
+    struct fx_context_params cp = fx_context_default_params();
+    cp.type_k = cp.type_v = FX_TYPE_F32; /* against the f32-KV golden */
+    assert_int_equal(fx_context_create(m, &cp, &ctx, &err), FX_OK);
     float *logits = malloc(sizeof(float) * (size_t)(g.n_prompt * g.n_vocab));
     assert_non_null(logits);
     assert_int_equal(fx_forward_batch(ctx, g.prompt, g.n_prompt, 0, logits, &err), FX_OK);

@@ -17,7 +17,7 @@
 #include "kernels/kernels.h"
 
 /* The KV element type of fx_context_default_params() (the README says how it was chosen). */
-#define FX_KV_DEFAULT_TYPE FX_TYPE_F32
+#define FX_KV_DEFAULT_TYPE FX_TYPE_F16
 
 /* True for the element types a KV cache may hold (F32, F16, Q8_0). */
 bool fx_kv_type_ok(enum fx_type t);
