@@ -7,10 +7,8 @@
 #include "decoder/decoder.h"
 #include "kv/paged.h"
 
-static fx_status check_call(const struct fx_context *ctx, const fx_token *tokens, int64_t n,
-                            enum fx_logits_rows rows, const float *logits, const float *hidden,
-                            struct fx_error *err) {
-    const struct fx_hparams *hp = &ctx->model->hp;
+static fx_status check_call(const fx_token *tokens, int64_t n, enum fx_logits_rows rows,
+                            const float *logits, const float *hidden, struct fx_error *err) {
     if (n < 1 || !tokens)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "a forward call needs at least one token");
@@ -18,6 +16,14 @@ static fx_status check_call(const struct fx_context *ctx, const fx_token *tokens
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "logits buffer is NULL");
     if (rows == FX_LOGITS_NONE && !hidden)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
+    return FX_OK;
+}
+
+/* Every token is in the vocabulary. Checked after the positions and the capacity, so that a
+ * call that cannot fit is refused before its tokens are read. */
+static fx_status check_tokens(const struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                              struct fx_error *err) {
+    const struct fx_hparams *hp = &ctx->model->hp;
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
@@ -32,7 +38,7 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (it was made paged_only)");
-    fx_status st = check_call(ctx, tokens, n, rows, logits, hidden, err);
+    fx_status st = check_call(tokens, n, rows, logits, hidden, err);
     if (st)
         return st;
     if (pos0 < 0 || pos0 > ctx->kv.n_filled)
@@ -43,6 +49,9 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "%lld tokens at position %d exceed the context of %d", (long long)n,
                             pos0, ctx->n_ctx);
+    st = check_tokens(ctx, tokens, n, err);
+    if (st)
+        return st;
     *out = (struct fx_fwd){
         .ctx = ctx,
         .tokens = tokens,
@@ -77,7 +86,7 @@ fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, 
                                struct fx_error *err) {
     fx_status st = check_pool(ctx, pool, err);
     if (!st)
-        st = check_call(ctx, tokens, n, rows, logits, NULL, err);
+        st = check_call(tokens, n, rows, logits, NULL, err);
     if (st)
         return st;
     if (!fx_kv_pool_seq_live(pool, seq))
@@ -91,6 +100,9 @@ fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, 
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "%lld tokens at position %d exceed the context of %d", (long long)n,
                             pos0, ctx->n_ctx);
+    st = check_tokens(ctx, tokens, n, err);
+    if (st)
+        return st;
     int32_t n_rows = (int32_t)n;
     st = fx_kv_pool_reserve_step(pool, 1, &seq, &n_rows, NULL, err);
     if (st)
@@ -116,7 +128,9 @@ fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "a multi-sequence step needs rows with tokens, positions and "
                             "sequences");
-    st = check_call(ctx, b->token, b->n, FX_LOGITS_MARKED, logits, NULL, err);
+    st = check_call(b->token, b->n, FX_LOGITS_MARKED, logits, NULL, err);
+    if (!st)
+        st = check_tokens(ctx, b->token, b->n, err);
     if (st)
         return st;
     /* Each row continues its sequence: at its length, then one past the step's previous row of
