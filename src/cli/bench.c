@@ -5,7 +5,10 @@
  *
  * Each test runs once untimed (warm-up), then R timed repetitions; t/s is the mean +- standard
  * deviation over the repetitions. Tokens are drawn at random from the vocabulary (seeded), as in
- * llama-bench. */
+ * llama-bench. -ctk / -ctv set the cache's key and value types.
+ *
+ * With --parallel the command is llama-batched-bench instead (many sequences over a paged pool):
+ * see bench_parallel.c. */
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -15,13 +18,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "cli/bench.h"
 #include "cli/cli.h"
 #include "cli/util.h"
 #include "ferrox.h"
 #include "model/ftype.h"
 #include "model/synth.h"
-
-enum output { OUT_MD, OUT_CSV, OUT_JSON };
 
 struct opts {
     const char **models; /* paths, or "synth:SHAPE:TYPE" */
@@ -30,7 +32,15 @@ struct opts {
     int *gens, n_gens;
     int *threads, n_threads;
     int reps;
-    enum output out;
+    bool reps_set;
+    enum fx_bench_output out;
+    enum fx_type type_k, type_v;
+    bool kv_set; /* -ctk or -ctv given: the md table shows the types */
+    /* --parallel: llama-batched-bench's lists (NULL: not that mode) and rows per step */
+    int *par_pl, n_par_pl;
+    int *par_pp, n_par_pp;
+    int *par_tg, n_par_tg;
+    int n_batch;
 };
 
 struct result {
@@ -38,6 +48,7 @@ struct result {
     char desc[96];
     uint64_t size, n_params;
     int n_threads, n_prompt, n_gen, reps;
+    enum fx_type type_k, type_v;
     double *samples_ts; /* [reps] */
     double avg_ts, stddev_ts;
 };
@@ -45,7 +56,9 @@ struct result {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... [-p N,N...] [-n N,N...]\n"
-            "                    [-t N,N...] [-r REPS] [-o md|csv|json]\n\n"
+            "                    [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE] [-ctv TYPE]\n"
+            "       ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... --parallel N,N...\n"
+            "                    [-npp N,N...] [-ntg N,N...] [-b N] [-t N,N...] [-r REPS] ...\n\n"
             "  -m FILE             a GGUF model (repeatable)\n"
             "  --synth SHAPE:TYPE  a model made by 'ferrox synth' for this run, e.g.\n"
             "                      smollm2-135m:Q4_K_M (repeatable)\n"
@@ -53,7 +66,19 @@ static void usage(FILE *out) {
             "  -n LIST             generation lengths for tg tests (default 128; 0 for none)\n"
             "  -t LIST             thread counts (default: the number of CPUs)\n"
             "  -r N                timed repetitions per test (default 5)\n"
-            "  -o FORMAT           md (default), csv or json\n");
+            "  -o FORMAT           md (default), csv or json\n"
+            "  -ctk, --cache-type-k TYPE\n"
+            "  -ctv, --cache-type-v TYPE\n"
+            "                      KV cache key / value type: f32, f16 (default) or q8_0\n"
+            "  -npl, --parallel LIST\n"
+            "                      llama-batched-bench instead: LIST sequences (default\n"
+            "                      1,4,16,64) prefilled and decoded together over a paged pool\n"
+            "  -npp, --n-prompt-parallel LIST\n"
+            "                      prompt tokens per sequence for --parallel (default 128)\n"
+            "  -ntg, --n-gen-parallel LIST\n"
+            "                      generated tokens per sequence for --parallel (default 128)\n"
+            "  -b, --batch-size N  rows per step of a --parallel prefill (default 512)\n"
+            "                      (-r defaults to 1 with --parallel; figures are means)\n");
 }
 
 static double mean(const double *x, int n) {
@@ -85,8 +110,7 @@ static const char *dominant_type(const struct fx_gguf *g) {
     return fx_type_name(best);
 }
 
-/* "llama 135M Q8_0": architecture, parameter count and the file's weight type. */
-static void describe(const struct fx_model *m, char *buf, size_t size) {
+void fx_cli_bench_describe(const struct fx_model *m, char *buf, size_t size) {
     double n = (double)fx_model_n_params(m);
     char count[32];
     if (n >= 1e9)
@@ -103,8 +127,7 @@ static void describe(const struct fx_model *m, char *buf, size_t size) {
              type ? type : dominant_type(fx_model_gguf(m)));
 }
 
-/* Random token ids in [0, n_vocab), the same sequence for every test. */
-static void random_tokens(fx_token *t, int n, int n_vocab) {
+void fx_cli_bench_random_tokens(fx_token *t, int n, int n_vocab) {
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (int i = 0; i < n; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
@@ -112,11 +135,14 @@ static void random_tokens(fx_token *t, int n, int n_vocab) {
     }
 }
 
-static struct fx_context *make_context(const struct fx_model *m, int n_ctx, int n_threads) {
+static struct fx_context *make_context(const struct fx_model *m, int n_ctx,
+                                       const struct result *r) {
     struct fx_context_params p = fx_context_default_params();
     p.n_ctx = n_ctx;
     p.n_batch = n_ctx;
-    p.n_threads = n_threads;
+    p.n_threads = r->n_threads;
+    p.type_k = r->type_k;
+    p.type_v = r->type_v;
     struct fx_context *ctx;
     struct fx_error err;
     if (fx_context_create(m, &p, &ctx, &err) != FX_OK) {
@@ -137,19 +163,19 @@ static int run_test(const struct fx_model *m, struct result *r) {
     int rc = 1;
     if (!tokens || !logits)
         goto done;
-    random_tokens(tokens, n, n_vocab);
+    fx_cli_bench_random_tokens(tokens, n, n_vocab);
     for (int rep = -1; rep < r->reps; rep++) { /* rep -1: warm-up */
         double t0 = 0.0, t1 = 0.0;
         fx_status st = FX_OK;
         if (r->n_prompt) {
             fx_context_free(ctx);
-            if (!(ctx = make_context(m, n, r->n_threads)))
+            if (!(ctx = make_context(m, n, r)))
                 goto done;
             t0 = fx_cli_now();
             st = fx_forward_batch_last(ctx, tokens, n, 0, logits, &err);
             t1 = fx_cli_now();
         } else {
-            if (!ctx && !(ctx = make_context(m, n, r->n_threads)))
+            if (!ctx && !(ctx = make_context(m, n, r)))
                 goto done;
             t0 = fx_cli_now();
             for (int i = 0; i < n && st == FX_OK; i++)
@@ -173,20 +199,27 @@ done:
     return rc;
 }
 
-static void print_md_header(void) {
-    printf("| %-30s | %10s | %10s | %-7s | %7s | %10s | %20s |\n", "model", "size", "params",
-           "backend", "threads", "test", "t/s");
-    printf("| %.30s | %.9s: | %.9s: | %.7s | %.6s: | %.9s: | %.19s: |\n",
-           "------------------------------", "----------", "----------", "-------", "-------",
-           "----------", "--------------------");
+/* The md table shows type_k and type_v only when -ctk or -ctv was given, as llama-bench shows
+ * only the columns whose values are not the defaults. */
+static void print_md_header(bool kv) {
+    printf("| %-30s | %10s | %10s | %-7s | %7s |", "model", "size", "params", "backend", "threads");
+    if (kv)
+        printf(" %6s | %6s |", "type_k", "type_v");
+    printf(" %10s | %20s |\n", "test", "t/s");
+    printf("| %.30s | %.9s: | %.9s: | %.7s | %.6s: |", "------------------------------",
+           "----------", "----------", "-------", "-------");
+    if (kv)
+        printf(" %.6s | %.6s |", "------", "------");
+    printf(" %.9s: | %.19s: |\n", "----------", "--------------------");
 }
 
-static void print_row(const struct result *r, enum output out, json_t *json) {
+static void print_row(const struct result *r, enum fx_bench_output out, bool kv, json_t *json) {
+    const char *tk = fx_cli_kv_type_name(r->type_k), *tv = fx_cli_kv_type_name(r->type_v);
     char test[32];
     snprintf(test, sizeof test, r->n_prompt ? "pp%d" : "tg%d",
              r->n_prompt ? r->n_prompt : r->n_gen);
     double mib = (double)r->size / (1024.0 * 1024.0);
-    if (out == OUT_MD) {
+    if (out == FX_BENCH_MD) {
         char size[32], params[32], ts[48];
         snprintf(size, sizeof size, "%.2f MiB", mib);
         if (r->n_params >= 1000000000ull)
@@ -194,11 +227,13 @@ static void print_row(const struct result *r, enum output out, json_t *json) {
         else
             snprintf(params, sizeof params, "%.2f M", (double)r->n_params / 1e6);
         snprintf(ts, sizeof ts, "%.2f ± %.2f", r->avg_ts, r->stddev_ts);
-        printf("| %-30s | %10s | %10s | %-7s | %7d | %10s | %20s |\n", r->desc, size, params, "CPU",
-               r->n_threads, test, ts);
-    } else if (out == OUT_CSV) {
-        printf("\"%s\",\"%s\",%llu,%llu,%d,%d,%d,%.6f,%.6f\n", r->path, r->desc,
-               (unsigned long long)r->size, (unsigned long long)r->n_params, r->n_threads,
+        printf("| %-30s | %10s | %10s | %-7s | %7d |", r->desc, size, params, "CPU", r->n_threads);
+        if (kv)
+            printf(" %6s | %6s |", tk, tv);
+        printf(" %10s | %20s |\n", test, ts);
+    } else if (out == FX_BENCH_CSV) {
+        printf("\"%s\",\"%s\",%llu,%llu,%d,%s,%s,%d,%d,%.6f,%.6f\n", r->path, r->desc,
+               (unsigned long long)r->size, (unsigned long long)r->n_params, r->n_threads, tk, tv,
                r->n_prompt, r->n_gen, r->avg_ts, r->stddev_ts);
     } else {
         json_t *samples = json_array();
@@ -211,6 +246,8 @@ static void print_row(const struct result *r, enum output out, json_t *json) {
         json_object_set_new(o, "model_n_params", json_integer((json_int_t)r->n_params));
         json_object_set_new(o, "cpu_info", json_string(fx_kernels_name()));
         json_object_set_new(o, "n_threads", json_integer(r->n_threads));
+        json_object_set_new(o, "type_k", json_string(tk));
+        json_object_set_new(o, "type_v", json_string(tv));
         json_object_set_new(o, "n_prompt", json_integer(r->n_prompt));
         json_object_set_new(o, "n_gen", json_integer(r->n_gen));
         json_object_set_new(o, "repetitions", json_integer(r->reps));
@@ -222,9 +259,7 @@ static void print_row(const struct result *r, enum output out, json_t *json) {
     fflush(stdout);
 }
 
-/* Loads a model file, or synthesises "synth:SHAPE:TYPE" into a temporary file that is unlinked
- * once mapped. */
-static struct fx_model *load_model(const char *spec) {
+struct fx_model *fx_cli_bench_load_model(const char *spec) {
     struct fx_model *m = NULL;
     struct fx_error err;
     if (strncmp(spec, "synth:", 6) != 0) {
@@ -269,10 +304,16 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"threads", required_argument, NULL, 't'},
                                          {"repetitions", required_argument, NULL, 'r'},
                                          {"output", required_argument, NULL, 'o'},
+                                         {"cache-type-k", required_argument, NULL, 'K'},
+                                         {"cache-type-v", required_argument, NULL, 'V'},
+                                         {"parallel", required_argument, NULL, 'P'},
+                                         {"n-prompt-parallel", required_argument, NULL, 'Q'},
+                                         {"n-gen-parallel", required_argument, NULL, 'G'},
+                                         {"batch-size", required_argument, NULL, 'b'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:p:n:t:r:o:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "m:p:n:t:r:o:b:h", opts, NULL)) != -1;) {
         switch (c) {
         case 'm':
         case 'S': {
@@ -297,25 +338,55 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             int **list = c == 'p' ? &o->prompts : c == 'n' ? &o->gens : &o->threads;
             int *count = c == 'p' ? &o->n_prompts : c == 'n' ? &o->n_gens : &o->n_threads;
             free(*list);
+            *list = NULL;
             if (!fx_cli_parse_int_list(optarg, c == 't' ? 1 : 0, 1 << 20, list, count)) {
                 fprintf(stderr, "ferrox bench: bad list '%s'\n", optarg);
                 return 2;
             }
             break;
         }
+        case 'P':
+        case 'Q':
+        case 'G': {
+            int **list = c == 'P' ? &o->par_pl : c == 'Q' ? &o->par_pp : &o->par_tg;
+            int *count = c == 'P' ? &o->n_par_pl : c == 'Q' ? &o->n_par_pp : &o->n_par_tg;
+            free(*list);
+            *list = NULL;
+            if (!fx_cli_parse_int_list(optarg, 1, 1 << 16, list, count)) {
+                fprintf(stderr, "ferrox bench: bad list '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case 'b':
+            if (!fx_cli_parse_int(optarg, 1, 1 << 16, &o->n_batch)) {
+                fprintf(stderr, "ferrox bench: bad batch size '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'K':
+        case 'V':
+            if (!fx_cli_parse_kv_type(optarg, c == 'K' ? &o->type_k : &o->type_v)) {
+                fprintf(stderr, "ferrox bench: cache type must be f32, f16 or q8_0, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            o->kv_set = true;
+            break;
         case 'r':
             if (!fx_cli_parse_int(optarg, 1, 10000, &o->reps)) {
                 fprintf(stderr, "ferrox bench: bad repetitions '%s'\n", optarg);
                 return 2;
             }
+            o->reps_set = true;
             break;
         case 'o':
             if (strcmp(optarg, "md") == 0)
-                o->out = OUT_MD;
+                o->out = FX_BENCH_MD;
             else if (strcmp(optarg, "csv") == 0)
-                o->out = OUT_CSV;
+                o->out = FX_BENCH_CSV;
             else if (strcmp(optarg, "json") == 0)
-                o->out = OUT_JSON;
+                o->out = FX_BENCH_JSON;
             else {
                 fprintf(stderr, "ferrox bench: output must be md, csv or json\n");
                 return 2;
@@ -336,8 +407,101 @@ static int parse_args(int argc, char **argv, struct opts *o) {
     return 0;
 }
 
+/* --parallel: llama-batched-bench over each model and thread count. */
+static int bench_parallel(const struct opts *o) {
+    static const int default_pl[] = {1, 4, 16, 64}, default_ptg = 128;
+    struct fx_bench_parallel p = {
+        .pp = o->par_pp ? o->par_pp : &default_ptg,
+        .n_pp = o->par_pp ? o->n_par_pp : 1,
+        .tg = o->par_tg ? o->par_tg : &default_ptg,
+        .n_tg = o->par_tg ? o->n_par_tg : 1,
+        .pl = o->par_pl ? o->par_pl : default_pl,
+        .n_pl = o->par_pl ? o->n_par_pl : 4,
+        .n_batch = o->n_batch,
+        .reps = o->reps_set ? o->reps : 1,
+        .type_k = o->type_k,
+        .type_v = o->type_v,
+        .out = o->out,
+    };
+    if (o->out == FX_BENCH_CSV)
+        fx_cli_bench_parallel_csv_header();
+    int rc = 0;
+    for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
+        if (!m)
+            return 1;
+        char desc[96];
+        fx_cli_bench_describe(m, desc, sizeof desc);
+        p.model_path = o->models[mi];
+        p.model_desc = desc;
+        for (int ti = 0; rc == 0 && ti < o->n_threads; ti++) {
+            p.n_threads = o->threads[ti];
+            rc = fx_cli_bench_parallel(m, &p);
+        }
+        fx_model_free(m);
+    }
+    return rc;
+}
+
+static void print_footer(enum fx_bench_output out) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    fprintf(out == FX_BENCH_MD ? stdout : stderr, "\nkernels: %s, peak RSS: %.1f MiB\n",
+            fx_kernels_name(), (double)ru.ru_maxrss / 1024.0);
+}
+
+/* pp and tg tests over each model and thread count. */
+static int bench_tests(const struct opts *o) {
+    json_t *json = json_array();
+    double *samples = calloc((size_t)o->reps, sizeof(double));
+    int rc = json && samples ? 0 : 1;
+    if (rc == 0 && o->out == FX_BENCH_MD)
+        print_md_header(o->kv_set);
+    if (rc == 0 && o->out == FX_BENCH_CSV)
+        printf("model_filename,model_type,model_size,model_n_params,n_threads,type_k,type_v,"
+               "n_prompt,n_gen,avg_ts,stddev_ts\n");
+    for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
+        if (!m) {
+            rc = 1;
+            break;
+        }
+        struct result r = {.path = o->models[mi],
+                           .size = fx_model_size(m),
+                           .n_params = fx_model_n_params(m),
+                           .reps = o->reps,
+                           .type_k = o->type_k,
+                           .type_v = o->type_v,
+                           .samples_ts = samples};
+        fx_cli_bench_describe(m, r.desc, sizeof r.desc);
+        for (int ti = 0; rc == 0 && ti < o->n_threads; ti++) {
+            r.n_threads = o->threads[ti];
+            for (int k = 0; rc == 0 && k < o->n_prompts + o->n_gens; k++) {
+                r.n_prompt = k < o->n_prompts ? o->prompts[k] : 0;
+                r.n_gen = k < o->n_prompts ? 0 : o->gens[k - o->n_prompts];
+                if (r.n_prompt == 0 && r.n_gen == 0)
+                    continue;
+                if ((rc = run_test(m, &r)) == 0)
+                    print_row(&r, o->out, o->kv_set, json);
+            }
+        }
+        fx_model_free(m);
+    }
+    if (rc == 0 && o->out == FX_BENCH_JSON) {
+        char *text = json_dumps(json, JSON_INDENT(2));
+        if (text)
+            printf("%s\n", text);
+        free(text);
+    }
+    json_decref(json);
+    free(samples);
+    return rc;
+}
+
 int fx_cli_bench(int argc, char **argv) {
-    struct opts o = {.reps = 5, .out = OUT_MD};
+    struct fx_context_params cp = fx_context_default_params();
+    struct opts o = {
+        .reps = 5, .out = FX_BENCH_MD, .type_k = cp.type_k, .type_v = cp.type_v, .n_batch = 512};
     int rc = parse_args(argc, argv, &o);
     static int default_p = 512, default_n = 128;
     int default_t = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -348,52 +512,11 @@ int fx_cli_bench(int argc, char **argv) {
             o.gens = &default_n, o.n_gens = 1;
         if (!o.threads)
             o.threads = &default_t, o.n_threads = 1;
+        bool parallel = o.par_pl || o.par_pp || o.par_tg;
+        rc = parallel ? bench_parallel(&o) : bench_tests(&o);
+        if (rc == 0)
+            print_footer(o.out);
     }
-    json_t *json = json_array();
-    double *samples = calloc((size_t)o.reps, sizeof(double));
-    if (rc == 0 && o.out == OUT_MD)
-        print_md_header();
-    if (rc == 0 && o.out == OUT_CSV)
-        printf("model_filename,model_type,model_size,model_n_params,n_threads,n_prompt,n_gen,"
-               "avg_ts,stddev_ts\n");
-    for (int mi = 0; rc == 0 && mi < o.n_models; mi++) {
-        struct fx_model *m = load_model(o.models[mi]);
-        if (!m) {
-            rc = 1;
-            break;
-        }
-        struct result r = {.path = o.models[mi],
-                           .size = fx_model_size(m),
-                           .n_params = fx_model_n_params(m),
-                           .reps = o.reps,
-                           .samples_ts = samples};
-        describe(m, r.desc, sizeof r.desc);
-        for (int ti = 0; rc == 0 && ti < o.n_threads; ti++) {
-            r.n_threads = o.threads[ti];
-            for (int k = 0; rc == 0 && k < o.n_prompts + o.n_gens; k++) {
-                r.n_prompt = k < o.n_prompts ? o.prompts[k] : 0;
-                r.n_gen = k < o.n_prompts ? 0 : o.gens[k - o.n_prompts];
-                if (r.n_prompt == 0 && r.n_gen == 0)
-                    continue;
-                if ((rc = run_test(m, &r)) == 0)
-                    print_row(&r, o.out, json);
-            }
-        }
-        fx_model_free(m);
-    }
-    if (rc == 0 && o.out == OUT_JSON) {
-        char *text = json_dumps(json, JSON_INDENT(2));
-        if (text)
-            printf("%s\n", text);
-        free(text);
-    }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    if (rc == 0)
-        fprintf(o.out == OUT_MD ? stdout : stderr, "\nkernels: %s, peak RSS: %.1f MiB\n",
-                fx_kernels_name(), (double)ru.ru_maxrss / 1024.0);
-    json_decref(json);
-    free(samples);
     for (int i = 0; i < o.n_models; i++)
         if (strncmp(o.models[i], "synth:", 6) == 0)
             free((char *)o.models[i]);
@@ -404,5 +527,8 @@ int fx_cli_bench(int argc, char **argv) {
         free(o.gens);
     if (o.threads != &default_t)
         free(o.threads);
+    free(o.par_pl);
+    free(o.par_pp);
+    free(o.par_tg);
     return rc < 0 ? 0 : rc;
 }
