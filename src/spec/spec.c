@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "spec/drafter.h"
+#include "spec/spec.h"
 
 #define WARMUP_STEPS 2   /* plain steps measured before the first draft */
 #define MIN_ON_STEPS 4   /* verify steps before speculation may be judged */
@@ -39,21 +40,10 @@
 struct fx_spec {
     struct fx_context *ctx;
     struct fx_drafter *d;
-    struct fx_spec_params p;
     int32_t n_vocab;
     float *logits;  /* [draft_max + 1][n_vocab] */
     fx_token *rows; /* [draft_max + 1]: the last token, then the drafts */
-    /* controller */
-    double kept, lost;         /* decayed kept drafts and rejections */
-    double cost_row;           /* one more row's cost relative to a plain step */
-    double t_plain;            /* seconds of a plain step (decayed mean; 0: none yet) */
-    double on_time, on_tokens; /* decayed seconds and tokens of verify steps since switched on */
-    int32_t on_steps;          /* verify steps since switched on */
-    int32_t off_left;          /* tokens of plain decoding left while switched off */
-    int32_t backoff;           /* the next off period */
-    int32_t warmup;            /* plain steps still to measure before drafting */
-    int32_t plain_pos;         /* the position of the last plain step */
-    struct fx_spec_stats stats;
+    struct fx_spec_ctl ctl;
 };
 
 struct fx_spec_params fx_spec_default_params(void) {
@@ -93,11 +83,8 @@ fx_status fx_spec_create(struct fx_context *ctx, struct fx_drafter *d,
     }
     s->ctx = ctx;
     s->d = d;
-    s->p = p;
     s->n_vocab = n_vocab;
-    s->cost_row = COST_INIT;
-    s->backoff = BACKOFF_MIN;
-    s->warmup = p.adaptive ? WARMUP_STEPS : 0;
+    fx_spec_ctl_init(&s->ctl, &p, 0);
     *out = s;
     return FX_OK;
 }
@@ -111,11 +98,20 @@ void fx_spec_free(struct fx_spec *s) {
 }
 
 void fx_spec_stats(const struct fx_spec *s, struct fx_spec_stats *out) {
-    *out = s->stats;
+    *out = s->ctl.stats;
 }
 
-/* Drafts to ask for this step at position pos (0: a plain step). */
-static int32_t choose_k(struct fx_spec *s, int32_t pos) {
+/* ---- the controller ------------------------------------------------------------------------- */
+
+void fx_spec_ctl_init(struct fx_spec_ctl *c, const struct fx_spec_params *p, double cost_row) {
+    *c = (struct fx_spec_ctl){.p = *p,
+                              .cost_row = cost_row > 0 ? cost_row : COST_INIT,
+                              .backoff = BACKOFF_MIN,
+                              .warmup = p->adaptive ? WARMUP_STEPS : 0};
+}
+
+int32_t fx_spec_ctl_choose_k(struct fx_spec_ctl *s, int32_t pos) {
+    s->stats.steps++;
     if (!s->p.adaptive)
         return s->p.draft_max;
     if (s->warmup > 0 || s->off_left > 0)
@@ -133,7 +129,7 @@ static int32_t choose_k(struct fx_spec *s, int32_t pos) {
     return k;
 }
 
-static void after_plain(struct fx_spec *s, double t, int32_t pos) {
+void fx_spec_ctl_plain(struct fx_spec_ctl *s, double t, int32_t pos) {
     s->stats.plain_out++;
     s->stats.plain_seconds += t;
     s->plain_pos = pos;
@@ -151,8 +147,8 @@ static void after_plain(struct fx_spec *s, double t, int32_t pos) {
     }
 }
 
-static void after_verify(struct fx_spec *s, int32_t n_draft, int32_t kept, bool rejected,
-                         int32_t n_out, double t) {
+void fx_spec_ctl_verify(struct fx_spec_ctl *s, int32_t n_draft, int32_t kept, bool rejected,
+                        int32_t n_out, double t) {
     s->stats.verify_steps++;
     s->stats.drafted += (uint64_t)n_draft;
     s->stats.accepted += (uint64_t)kept;
@@ -183,6 +179,56 @@ static void after_verify(struct fx_spec *s, int32_t n_draft, int32_t kept, bool 
     }
 }
 
+/* ---- acceptance ------------------------------------------------------------------------------ */
+
+fx_status fx_spec_accept(struct fx_sampler *smp, const float *logits, int32_t n_vocab,
+                         const fx_token *draft, int32_t n_draft, fx_spec_row_fn emit, void *user,
+                         int32_t *n_out, int32_t *n_kept, bool *rejected, struct fx_error *err) {
+    int32_t out = 0, kept = 0;
+    bool stop = false;
+    fx_status st = FX_OK;
+    *rejected = false;
+    for (int32_t i = 0; i <= n_draft; i++) {
+        const float *row = logits + (size_t)i * (size_t)n_vocab;
+        bool accepted = false;
+        fx_token tok;
+        if (i < n_draft)
+            st = fx_sampler_sample_draft(smp, row, draft[i], NULL, &tok, &accepted, err);
+        else
+            st = fx_sampler_sample(smp, row, &tok, err);
+        if (st == FX_OK)
+            st = fx_sampler_accept(smp, tok, err);
+        if (st != FX_OK)
+            break;
+        kept += accepted;
+        out++;
+        if ((st = emit(user, i, tok, &stop, err)) != FX_OK || stop)
+            break;
+        if (i < n_draft && !accepted) {
+            *rejected = true;
+            break;
+        }
+    }
+    *n_out = out;
+    *n_kept = kept;
+    return st;
+}
+
+/* ---- one step over a context ------------------------------------------------------------------
+ */
+
+struct step_emit {
+    fx_spec_emit_fn emit;
+    void *user;
+};
+
+static fx_status step_emit(void *user, int32_t row, fx_token token, bool *stop,
+                           struct fx_error *err) {
+    (void)row;
+    struct step_emit *se = user;
+    return se->emit(se->user, token, stop, err);
+}
+
 fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token *seq,
                        int32_t n_seq, int32_t n_max, fx_spec_emit_fn emit, void *user,
                        int32_t *n_out, struct fx_error *err) {
@@ -198,8 +244,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
     if (pos >= n_ctx)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "speculation: the context of %d positions is full", (int)n_ctx);
-    s->stats.steps++;
-    int32_t k = choose_k(s, pos);
+    int32_t k = fx_spec_ctl_choose_k(&s->ctl, pos);
     if (k > n_ctx - n_seq)
         k = n_ctx - n_seq;
     if (n_max > 0 && k > n_max - 1)
@@ -208,19 +253,19 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
     int32_t n_draft = 0;
     double t0 = now();
     fx_status st = FX_OK;
-    if (k > 0 && k >= s->p.draft_min)
+    if (k > 0 && k >= s->ctl.p.draft_min)
         st = fx_drafter_propose(s->d, seq, n_seq, k, s->rows + 1, &n_draft, err);
     if (st != FX_OK)
         return st;
-    if (n_draft < s->p.draft_min)
+    if (n_draft < s->ctl.p.draft_min)
         n_draft = 0;
 
-    bool stop = false;
-    fx_token t;
     if (n_draft == 0) {
+        bool stop = false;
+        fx_token t;
         if ((st = fx_forward_token(s->ctx, s->rows[0], pos, s->logits, err)))
             return st;
-        after_plain(s, now() - t0, pos);
+        fx_spec_ctl_plain(&s->ctl, now() - t0, pos);
         if ((st = fx_sampler_sample(smp, s->logits, &t, err)) ||
             (st = fx_sampler_accept(smp, t, err)))
             return st;
@@ -234,32 +279,14 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
     double dt = now() - t0;
     int32_t out = 0, kept = 0;
     bool rejected = false;
-    for (int32_t i = 0; i <= n_draft; i++) {
-        const float *row = s->logits + (size_t)i * (size_t)s->n_vocab;
-        bool accepted = false;
-        fx_token tok;
-        if (i < n_draft)
-            st = fx_sampler_sample_draft(smp, row, s->rows[i + 1], NULL, &tok, &accepted, err);
-        else
-            st = fx_sampler_sample(smp, row, &tok, err);
-        if (st == FX_OK)
-            st = fx_sampler_accept(smp, tok, err);
-        if (st != FX_OK)
-            break;
-        kept += accepted;
-        out++;
-        if ((st = emit(user, tok, &stop, err)) != FX_OK || stop)
-            break;
-        if (i < n_draft && !accepted) {
-            rejected = true;
-            break;
-        }
-    }
+    struct step_emit se = {emit, user};
+    st = fx_spec_accept(smp, s->logits, s->n_vocab, s->rows + 1, n_draft, step_emit, &se, &out,
+                        &kept, &rejected, err);
     /* Keep the sequence and every yielded token but the last: rows past it are rolled back. */
     fx_status rb = fx_context_kv_truncate(s->ctx, n_seq + (out > 0 ? out - 1 : 0), NULL);
     FX_ASSERT(rb == FX_OK);
     fx_drafter_accepted(s->d, n_draft, kept);
-    after_verify(s, n_draft, kept, rejected, out, dt);
+    fx_spec_ctl_verify(&s->ctl, n_draft, kept, rejected, out, dt);
     if (n_out)
         *n_out = out;
     return st;
