@@ -78,7 +78,9 @@ function writeModel(shape, type, quantizeTo) {
 // ferrox's all-position logits: float32 [IDS.length x n_vocab].
 function ferroxLogits(model) {
     const out = join(workDir, "ferrox-logits.bin");
-    run(["eval", "-m", model, "--ids", IDS.join(","), "--logits-out", out, "-t", "2"]);
+    // An f32 KV cache, as llama.cpp is run with (ferrox's default is f16).
+    run(["eval", "-m", model, "--ids", IDS.join(","), "--logits-out", out, "-t", "2", "-ctk", "f32",
+         "-ctv", "f32"]);
     const bytes = readFileSync(out);
     rmSync(out);
     return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
