@@ -844,8 +844,8 @@ const char *fx_kernels_name(void);
 
 struct fx_quantize_params {
     /* A llama.cpp file type name: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S,
-     * Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, MXFP4_MOE (any case; Q3_K, Q4_K and
-     * Q5_K are the _M mixes, as in llama-quantize). */
+     * Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE (any case;
+     * Q3_K, Q4_K and Q5_K are the _M mixes, as in llama-quantize). */
     const char *type;
     bool pure;         /* every converted tensor gets the type's base type (no mix), like
                           llama-quantize --pure */

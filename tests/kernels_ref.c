@@ -55,6 +55,10 @@ static double e2m1(int code) {
     return sign ? -v : v;
 }
 
+/* The levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl). */
+static const int iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
 /* The 2-bit code of element j (0..255) in the Q2_K/Q3_K low-bit array: each 128 elements use
  * 32 bytes, element 32*s + l of them in bits 2s..2s+1 of byte l. */
 static int k_2bit(const uint8_t *qs, int j) {
@@ -152,6 +156,16 @@ double kref_elem(enum fx_type type, const void *row, int64_t i, double *mag) {
         v = kref_fp16(rd16(b + 208)) * (int8_t)b[192 + j / 16] * ((low | high << 4) - 32);
         break;
     }
+    case FX_TYPE_IQ4_NL: /* d, qs[16] ordered as Q4_0's, codes index the levels */
+        v = kref_fp16(rd16(b)) * iq4_levels[(b[2 + j % 16] >> (j < 16 ? 0 : 4)) & 15];
+        break;
+    case FX_TYPE_IQ4_XS: { /* d, scales_h (2 bits each), scales_l[4] (4 bits each), qs[128] */
+        int s = j / 32, l = j % 32;
+        int sc = ((b[4 + s / 2] >> (4 * (s % 2))) & 15) | ((rd16(b + 2) >> (2 * s)) & 3) << 4;
+        int q = (b[8 + 16 * s + l % 16] >> (l < 16 ? 0 : 4)) & 15;
+        v = kref_fp16(rd16(b)) * (sc - 32) * iq4_levels[q];
+        break;
+    }
     case FX_TYPE_Q8_K: { /* d (f32), qs[256], bsums[16] */
         float d;
         memcpy(&d, b, 4);
@@ -209,6 +223,12 @@ void kref_random_row(enum fx_type type, void *row, int64_t n, struct fx_test_rng
         case FX_TYPE_Q5_0:
         case FX_TYPE_Q8_0:
             put_scale(b, -10, -3, rng);
+            break;
+        case FX_TYPE_IQ4_NL: /* levels up to 127 */
+            put_scale(b, -13, -6, rng);
+            break;
+        case FX_TYPE_IQ4_XS: /* levels up to 127 times scales up to 32 */
+            put_scale(b, -14, -9, rng);
             break;
         case FX_TYPE_Q4_1:
         case FX_TYPE_Q5_1:

@@ -23,6 +23,7 @@
  * golden, which llama.cpp computed with one. */
 #include "fx_test.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +79,66 @@ static void compare_logits(const char *what, const float *got, const float *want
         fail_msg("%s: rms |diff| %g exceeds %g", what, rms, rms_tol);
 }
 
-static void check_golden(const char *stem, struct tol tol) {
+/* The IQ4 goldens (fixtures/iq4/README.md) in struct fx_golden: iq4/golden/<stem>.json names
+ * the model (in iq4/models/) and the logits file beside it, the greedy ids and their margins.
+ * The prompt's argmax and margins come from the logits; llama.cpp's own noise on the file is the
+ * larger of its batched-vs-sequential and flash-attention differences. */
+static void load_iq4_golden(const char *stem, struct fx_golden *g) {
+    memset(g, 0, sizeof *g);
+    char rel[256];
+    snprintf(rel, sizeof rel, "iq4/golden/%s.json", stem);
+    const char *path = fx_test_fixture(rel);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s: %s", path, jerr.text);
+    const char *model = json_string_value(json_object_get(root, "model_file"));
+    const char *logits = json_string_value(json_object_get(root, "logits_file"));
+    json_t *prompt = json_object_get(root, "prompt_ids"),
+           *greedy = json_object_get(root, "greedy_ids");
+    json_t *margins = json_object_get(root, "margins");
+    assert_non_null(model);
+    assert_non_null(logits);
+    assert_true(json_is_array(prompt) && json_array_size(prompt) <= FX_GOLDEN_MAX_IDS);
+    assert_true(json_is_array(greedy) && json_array_size(greedy) <= FX_GOLDEN_MAX_IDS);
+    assert_true(json_is_array(margins) && json_array_size(margins) == json_array_size(greedy));
+    snprintf(rel, sizeof rel, "iq4/models/%s", model);
+    snprintf(g->model_path, sizeof g->model_path, "%s", fx_test_fixture(rel));
+    g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
+    g->n_prompt = (int)json_array_size(prompt);
+    g->n_gen = (int)json_array_size(greedy);
+    for (int i = 0; i < g->n_prompt; i++)
+        g->prompt[i] = (fx_token)json_integer_value(json_array_get(prompt, (size_t)i));
+    for (int i = 0; i < g->n_gen; i++) {
+        g->greedy[i] = (fx_token)json_integer_value(json_array_get(greedy, (size_t)i));
+        g->greedy_margin[i] = (float)json_number_value(json_array_get(margins, (size_t)i));
+    }
+    g->self_noise =
+        (float)fmax(json_number_value(json_object_get(root, "max_abs_diff_batch_vs_sequential")),
+                    json_number_value(json_object_get(root, "max_abs_diff_vs_flash_attn_auto")));
+    snprintf(rel, sizeof rel, "iq4/golden/%s", logits);
+    size_t size;
+    g->logits = (float *)fx_test_read_file(fx_test_fixture(rel), &size);
+    if (size != sizeof(float) * (size_t)g->n_prompt * (size_t)g->n_vocab)
+        fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, g->n_prompt, g->n_vocab);
+    for (int p = 0; p < g->n_prompt; p++) {
+        const float *row = g->logits + (size_t)p * (size_t)g->n_vocab;
+        int best = argmax(row, g->n_vocab);
+        float second = -INFINITY;
+        for (int v = 0; v < g->n_vocab; v++)
+            if (v != best && row[v] > second)
+                second = row[v];
+        g->prompt_argmax[p] = best;
+        g->prompt_margin[p] = row[best] - second;
+    }
+    json_decref(root);
+}
+
+/* The golden `load` reads for stem against its model, by every path. */
+static void check_golden_with(void (*load)(const char *, struct fx_golden *), const char *stem,
+                              struct tol tol) {
     struct fx_golden g;
-    fx_test_golden_load(stem, &g);
+    load(stem, &g);
     struct fx_model *m;
     struct fx_context *ctx;
     struct fx_error err;
@@ -192,6 +250,10 @@ static void check_golden(const char *stem, struct tol tol) {
     fx_test_golden_free(&g);
 }
 
+static void check_golden(const char *stem, struct tol tol) {
+    check_golden_with(fx_test_golden_load, stem, tol);
+}
+
 #define GOLDEN(name, stem, tol)                                                                    \
     FX_TEST(decoder_golden_##name) {                                                               \
         check_golden(stem, tol);                                                                   \
@@ -226,3 +288,48 @@ GOLDEN(gptoss_tiny_f32, "gptoss-tiny.F32.P1", TOL_F32)
 GOLDEN(gptoss_tiny_mxfp4, "gptoss-tiny.MXFP4_MOE.P1", TOL_QUANT_MOE)
 GOLDEN(stories260k_once, "stories260K.once", TOL_REAL_F32)
 GOLDEN(stories260k_lily, "stories260K.lily", TOL_REAL_F32)
+
+/* Every greedy step whose golden margin is clear of the noise, each step fed the golden's token
+ * (so that a near-tie earlier on, which may go either way, does not end the comparison). */
+static void check_forced_greedy(const char *stem) {
+    struct fx_golden g;
+    load_iq4_golden(stem, &g);
+    struct fx_model *m;
+    struct fx_context *ctx;
+    struct fx_error err;
+    if (fx_model_load(g.model_path, NULL, &m, &err) != FX_OK)
+        fail_msg("%s: %s", g.model_path, err.msg);
+    struct fx_context_params cp = fx_context_default_params();
+    cp.n_ctx = 256;
+    cp.type_k = cp.type_v = FX_TYPE_F32;
+    assert_int_equal(fx_context_create(m, &cp, &ctx, &err), FX_OK);
+    float *row = malloc(sizeof(float) * (size_t)g.n_vocab);
+    assert_non_null(row);
+    assert_int_equal(fx_forward_batch_last(ctx, g.prompt, g.n_prompt, 0, row, &err), FX_OK);
+    int compared = 0;
+    for (int k = 0; k < g.n_gen; k++) {
+        if (g.greedy_margin[k] > g.self_noise) {
+            if (argmax(row, g.n_vocab) != g.greedy[k])
+                fail_msg("%s: step %d gives %d, golden %d (margin %g)", stem, k,
+                         argmax(row, g.n_vocab), g.greedy[k], g.greedy_margin[k]);
+            compared++;
+        }
+        assert_int_equal(fx_forward_token(ctx, g.greedy[k], g.n_prompt + k, row, &err), FX_OK);
+    }
+    print_message("  golden-fed greedy: %d of %d steps compared\n", compared, g.n_gen);
+    free(row);
+    fx_context_free(ctx);
+    fx_model_free(m);
+    fx_test_golden_free(&g);
+}
+
+/* The IQ4 files, evaluated by llama.cpp with an f32 KV cache (fixtures/iq4/README.md). */
+FX_TEST(decoder_golden_llama_tiny_iq4_nl) {
+    check_golden_with(load_iq4_golden, "llama-tiny.IQ4_NL.P1", TOL_QUANT);
+    check_forced_greedy("llama-tiny.IQ4_NL.P1");
+}
+
+FX_TEST(decoder_golden_llama_tiny_iq4_xs) {
+    check_golden_with(load_iq4_golden, "llama-tiny.IQ4_XS.P1", TOL_QUANT);
+    check_forced_greedy("llama-tiny.IQ4_XS.P1");
+}

@@ -23,9 +23,9 @@
 #define DOT_TOL 1e-6
 
 static const enum fx_type weight_types[] = {
-    FX_TYPE_F32,  FX_TYPE_F16,  FX_TYPE_BF16, FX_TYPE_Q4_0,  FX_TYPE_Q4_1,
-    FX_TYPE_Q5_0, FX_TYPE_Q5_1, FX_TYPE_Q8_0, FX_TYPE_Q2_K,  FX_TYPE_Q3_K,
-    FX_TYPE_Q4_K, FX_TYPE_Q5_K, FX_TYPE_Q6_K, FX_TYPE_MXFP4,
+    FX_TYPE_F32,  FX_TYPE_F16,   FX_TYPE_BF16,   FX_TYPE_Q4_0,   FX_TYPE_Q4_1, FX_TYPE_Q5_0,
+    FX_TYPE_Q5_1, FX_TYPE_Q8_0,  FX_TYPE_Q2_K,   FX_TYPE_Q3_K,   FX_TYPE_Q4_K, FX_TYPE_Q5_K,
+    FX_TYPE_Q6_K, FX_TYPE_MXFP4, FX_TYPE_IQ4_NL, FX_TYPE_IQ4_XS,
 };
 #define N_WEIGHT_TYPES (sizeof weight_types / sizeof weight_types[0])
 

@@ -116,6 +116,14 @@ FX_TEST(kernels_fixture_bytes_mxfp4) {
     CHECK("gptoss-tiny.F32.gguf", "gptoss-tiny.MXFP4_MOE.gguf", FX_TYPE_MXFP4, FX_TYPE_Q8_0);
 }
 
+/* The IQ4 files (fixtures/iq4/README.md): llama-quantize's mix, the output in Q6_K. */
+FX_TEST(kernels_fixture_bytes_iq4) {
+    static const enum fx_type nl[] = {FX_TYPE_IQ4_NL, FX_TYPE_Q6_K};
+    static const enum fx_type xs[] = {FX_TYPE_IQ4_XS, FX_TYPE_Q6_K};
+    check_file("models/llama-tiny.F32.gguf", "iq4/models/llama-tiny.IQ4_NL.gguf", nl, 2);
+    check_file("models/llama-tiny.F32.gguf", "iq4/models/llama-tiny.IQ4_XS.gguf", xs, 2);
+}
+
 /* Every tensor of every quantized fixture decodes, in every table, to the float64 decoder's
  * values (f32 rounding of the terms aside). */
 FX_TEST(kernels_fixture_tensors_decode) {
@@ -126,11 +134,16 @@ FX_TEST(kernels_fixture_tensors_decode) {
         "llama-tiny.Q4_K.gguf",   "llama-tiny.Q5_K.gguf",       "llama-tiny.Q6_K.gguf",
         "qwen3-tiny.Q4_K_M.gguf", "gptoss-tiny.MXFP4_MOE.gguf",
     };
+    static const char *const iq4_files[] = {"llama-tiny.IQ4_NL.gguf", "llama-tiny.IQ4_XS.gguf"};
+    const size_t n_main = sizeof files / sizeof files[0], n_iq4 = 2;
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
     char rel[128];
-    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        snprintf(rel, sizeof rel, "models/%s", files[f]);
+    for (size_t f = 0; f < n_main + n_iq4; f++) {
+        if (f < n_main)
+            snprintf(rel, sizeof rel, "models/%s", files[f]);
+        else
+            snprintf(rel, sizeof rel, "iq4/models/%s", iq4_files[f - n_main]);
         struct fx_gguf *g = open_fixture(rel);
         for (int64_t ti = 0; ti < fx_gguf_n_tensors(g); ti++) {
             const struct fx_tensor_view *t = fx_gguf_tensor_at(g, ti);
@@ -148,9 +161,9 @@ FX_TEST(kernels_fixture_tensors_decode) {
                     for (int64_t i = 0; i < n; i++) {
                         double mag, want = kref_elem(t->type, src, i, &mag);
                         if (fabs((double)row[i] - want) > 0x1p-23 * mag)
-                            fail_msg("%s '%s' row %lld element %lld (%s): %.9g, want %.9g",
-                                     files[f], t->name, (long long)pick[p], (long long)i,
-                                     tables[k]->name, (double)row[i], want);
+                            fail_msg("%s '%s' row %lld element %lld (%s): %.9g, want %.9g", rel,
+                                     t->name, (long long)pick[p], (long long)i, tables[k]->name,
+                                     (double)row[i], want);
                     }
                 }
             }

@@ -123,6 +123,22 @@ FX_TEST(quantize_q4_k_m_mix_is_llama_cpps) {
     assert_same_file(out, want);
 }
 
+/* IQ4_NL and IQ4_XS (fixtures/iq4/README.md): llama-quantize's default mix, which on llama-tiny
+ * (2 layers, 2 query heads per KV head) leaves only the output in Q6_K. */
+FX_TEST(quantize_iq4_fixtures_are_byte_identical) {
+    static const char *const types[] = {"IQ4_NL", "IQ4_XS"};
+    char in[4096], want[4096], rel[128];
+    snprintf(in, sizeof in, "%s", fx_test_fixture("models/llama-tiny.F32.gguf"));
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(rel, sizeof rel, "iq4/models/llama-tiny.%s.gguf", types[i]);
+        snprintf(want, sizeof want, "%s", fx_test_fixture(rel));
+        snprintf(rel, sizeof rel, "llama-tiny.%s.gguf", types[i]);
+        const char *out = fx_test_tmpfile(rel);
+        quantize_ok(in, out, types[i], false);
+        assert_same_file(out, want);
+    }
+}
+
 /* MXFP4_MOE: expert tensors MXFP4, every other 2-D weight Q8_0, router and biases F32. */
 FX_TEST(quantize_mxfp4_moe_mix_is_llama_cpps) {
     char in[4096], want[4096];
@@ -249,6 +265,24 @@ FX_TEST(quantize_mix_rules_for_an_8_layer_llama) {
          FX_TYPE_Q8_0},
         {"F16", ALL8(FX_TYPE_F16), ALL8(FX_TYPE_F16), FX_TYPE_F16, FX_TYPE_F16, FX_TYPE_F16,
          FX_TYPE_F16},
+        /* IQ4_NL, IQ4_XS: V in Q5_K (4 query heads per KV head), ffn_down of the first eighth in
+         * Q5_K (no importance matrix). */
+        {"IQ4_NL",
+         ALL8(FX_TYPE_Q5_K),
+         {FX_TYPE_Q5_K, FX_TYPE_IQ4_NL, FX_TYPE_IQ4_NL, FX_TYPE_IQ4_NL, FX_TYPE_IQ4_NL,
+          FX_TYPE_IQ4_NL, FX_TYPE_IQ4_NL, FX_TYPE_IQ4_NL},
+         FX_TYPE_IQ4_NL,
+         FX_TYPE_IQ4_NL,
+         FX_TYPE_Q6_K,
+         FX_TYPE_IQ4_NL},
+        {"IQ4_XS",
+         ALL8(FX_TYPE_Q5_K),
+         {FX_TYPE_Q5_K, FX_TYPE_IQ4_XS, FX_TYPE_IQ4_XS, FX_TYPE_IQ4_XS, FX_TYPE_IQ4_XS,
+          FX_TYPE_IQ4_XS, FX_TYPE_IQ4_XS, FX_TYPE_IQ4_XS},
+         FX_TYPE_IQ4_XS,
+         FX_TYPE_IQ4_XS,
+         FX_TYPE_Q6_K,
+         FX_TYPE_IQ4_XS},
 #undef ALL8
     };
     struct model_tensors m;
@@ -304,6 +338,12 @@ FX_TEST(quantize_mix_rules_that_depend_on_the_model) {
     expect(&m, types, "8 experts", "blk.0.attn_k.weight", FX_TYPE_Q8_0);
     expect(&m, types, "8 experts", "blk.1.attn_output.weight", FX_TYPE_Q5_K);
     expect(&m, types, "8 experts", "token_embd.weight", FX_TYPE_Q4_K);
+    uint32_t iq4nl;
+    assert_true(fx_file_type_from_name("IQ4_NL", &iq4nl));
+    assert_int_equal(fx_quant_choose_types(&mixtral, iq4nl, false, m.t, m.n, types, NULL), FX_OK);
+    expect(&m, types, "8 experts, IQ4_NL", "blk.1.attn_output.weight", FX_TYPE_Q5_K);
+    expect(&m, types, "8 experts, IQ4_NL", "blk.1.attn_v.weight", FX_TYPE_Q8_0);
+    expect(&m, types, "8 experts, IQ4_NL", "blk.1.attn_q.weight", FX_TYPE_IQ4_NL);
 
     /* Layer 1 of 10 V tensors is not a "more bits" one: Q4_K, raised to Q5_K for a 70B. */
     dense_model(&m, 10, 256, false);
@@ -322,7 +362,12 @@ FX_TEST(quantize_mix_rules_that_depend_on_the_model) {
     expect(&m, types, "rows of 128", "blk.1.ffn_down.weight", FX_TYPE_Q8_0); /* Q6_K -> */
     expect(&m, types, "rows of 128", "blk.0.attn_q.weight", FX_TYPE_Q5_0);
     assert_int_equal(fx_quant_choose_types(&llama2, q2k, true, m.t, m.n, types, NULL), FX_OK);
-    expect(&m, types, "rows of 128, pure Q2_K", "blk.0.attn_q.weight", FX_TYPE_Q4_0);
+    expect(&m, types, "rows of 128, pure Q2_K", "blk.0.attn_q.weight", FX_TYPE_IQ4_NL);
+    uint32_t iq4xs;
+    assert_true(fx_file_type_from_name("iq4_xs", &iq4xs));
+    assert_int_equal(fx_quant_choose_types(&llama2, iq4xs, false, m.t, m.n, types, NULL), FX_OK);
+    expect(&m, types, "rows of 128, IQ4_XS", "blk.0.attn_q.weight", FX_TYPE_IQ4_NL);
+    expect(&m, types, "rows of 128, IQ4_XS", "output.weight", FX_TYPE_Q8_0);
 
     /* Rows of 100 fit no 32-wide block either: K types end in F16; 32-wide types, including
      * the Q8_0 the mixes give the output, are an error naming the tensor (as in llama.cpp). */

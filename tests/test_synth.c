@@ -124,6 +124,22 @@ FX_TEST(synth_gpt_oss_20b_layout) {
     fx_synth_model_free(m);
 }
 
+/* llama-3.2-1b as llama-quantize's IQ4_XS (no importance matrix): V in Q5_K (32 query heads on
+ * 8 KV heads), ffn_down of the first eighth of the 16 layers in Q5_K, the tied embedding (the
+ * output) Q6_K, every other weight IQ4_XS. */
+FX_TEST(synth_llama_iq4_xs_mix) {
+    struct fx_synth_model *m = plan_ok("llama-3.2-1b", "IQ4_XS", false);
+    assert_null(find(m, "output.weight"));
+    assert_int_equal(find(m, "token_embd.weight")->type, FX_TYPE_Q6_K);
+    assert_int_equal(find(m, "blk.0.attn_q.weight")->type, FX_TYPE_IQ4_XS);
+    assert_int_equal(find(m, "blk.15.attn_v.weight")->type, FX_TYPE_Q5_K);
+    assert_int_equal(find(m, "blk.1.ffn_down.weight")->type, FX_TYPE_Q5_K);
+    assert_int_equal(find(m, "blk.2.ffn_down.weight")->type, FX_TYPE_IQ4_XS);
+    assert_int_equal(find(m, "blk.2.ffn_up.weight")->type, FX_TYPE_IQ4_XS);
+    assert_int_equal(find(m, "blk.2.ffn_norm.weight")->type, FX_TYPE_F32);
+    fx_synth_model_free(m);
+}
+
 static struct fx_gguf *open_ok(const char *path) {
     struct fx_gguf *g;
     struct fx_error e;
@@ -154,6 +170,7 @@ FX_TEST(synth_types_equal_quantized_f32) {
     } cases[] = {
         {"tiny", "Q4_K_M", false}, {"tiny", "Q2_K", false},          {"tiny", "Q3_K_S", true},
         {"tiny", "Q5_1", false},   {"tiny-moe", "MXFP4_MOE", false}, {"tiny-moe", "Q6_K", false},
+        {"tiny", "IQ4_XS", false}, {"tiny", "IQ4_NL", false},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char f32[4096], direct[4096], via[4096];
@@ -193,9 +210,10 @@ FX_TEST(synth_types_equal_quantized_f32) {
 /* Every writable file type: the file loads, records its type, and a short batch gives finite,
  * non-degenerate logits (the weights' scales keep activations O(1)). */
 FX_TEST(synth_every_type_loads_and_runs) {
-    static const char *const types[] = {
-        "F32",    "F16",    "BF16",   "Q8_0",   "Q4_0",   "Q4_1",   "Q5_0",   "Q5_1", "Q2_K",
-        "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "MXFP4_MOE"};
+    static const char *const types[] = {"F32",    "F16",    "BF16",      "Q8_0",   "Q4_0",
+                                        "Q4_1",   "Q5_0",   "Q5_1",      "Q2_K",   "Q3_K_S",
+                                        "Q3_K_M", "Q3_K_L", "Q4_K_S",    "Q4_K_M", "Q5_K_S",
+                                        "Q5_K_M", "Q6_K",   "MXFP4_MOE", "IQ4_NL", "IQ4_XS"};
     const char *shapes[] = {"tiny", "tiny-moe"};
     for (size_t s = 0; s < 2; s++)
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

@@ -121,10 +121,11 @@ static bool parse_table(const char *s, int i, void *dst) {
 
 static int all_types(enum fx_type *out) {
     static const enum fx_type all[] = {
-        FX_TYPE_F32,  FX_TYPE_F16,  FX_TYPE_BF16, FX_TYPE_Q8_0,  FX_TYPE_Q4_0,
-        FX_TYPE_Q4_1, FX_TYPE_Q5_0, FX_TYPE_Q5_1, FX_TYPE_MXFP4, FX_TYPE_Q2_K,
-        FX_TYPE_Q3_K, FX_TYPE_Q4_K, FX_TYPE_Q5_K, FX_TYPE_Q6_K,
+        FX_TYPE_F32,  FX_TYPE_F16,  FX_TYPE_BF16,   FX_TYPE_Q8_0,   FX_TYPE_Q4_0, FX_TYPE_Q4_1,
+        FX_TYPE_Q5_0, FX_TYPE_Q5_1, FX_TYPE_MXFP4,  FX_TYPE_Q2_K,   FX_TYPE_Q3_K, FX_TYPE_Q4_K,
+        FX_TYPE_Q5_K, FX_TYPE_Q6_K, FX_TYPE_IQ4_NL, FX_TYPE_IQ4_XS,
     };
+    _Static_assert(sizeof all / sizeof all[0] <= MAX_LIST, "every type fits the list");
     memcpy(out, all, sizeof all);
     return (int)(sizeof all / sizeof all[0]);
 }

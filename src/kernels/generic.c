@@ -38,6 +38,8 @@ const struct fx_kernels fx_kernels_generic = {
             WEIGHT(FX_TYPE_Q4_K, FX_TYPE_Q8_K, fx_q4_K),
             WEIGHT(FX_TYPE_Q5_K, FX_TYPE_Q8_K, fx_q5_K),
             WEIGHT(FX_TYPE_Q6_K, FX_TYPE_Q8_K, fx_q6_K),
+            WEIGHT(FX_TYPE_IQ4_NL, FX_TYPE_Q8_0, fx_iq4_nl),
+            WEIGHT(FX_TYPE_IQ4_XS, FX_TYPE_Q8_K, fx_iq4_xs),
             /* Activation-only formats: decoding (for tests and debugging) and quantize_act. */
             [FX_TYPE_Q8_1] = {.to_float = fx_q8_1_to_float, .quantize_act = fx_q8_1_quantize_act},
             [FX_TYPE_Q8_K] = {.to_float = fx_q8_K_to_float, .quantize_act = fx_q8_K_quantize_act},

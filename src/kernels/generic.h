@@ -85,6 +85,16 @@ static inline int fx_q3_K_scale(const uint8_t *q, int j) {
     return (lo | (hi << 4)) - 32;
 }
 
+/* ---- generic_quant_iq4.c: the non-linear 4-bit formats ------------------------------------- */
+
+void fx_iq4_nl_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_iq4_nl_from_float(const float *restrict src, void *restrict dst, int64_t n);
+void fx_iq4_xs_to_float(const void *restrict src, float *restrict dst, int64_t n);
+void fx_iq4_xs_from_float(const float *restrict src, void *restrict dst, int64_t n);
+
+/* The 16 levels a code of IQ4_NL or IQ4_XS stands for, in units of the (sub-)block's scale. */
+extern const int8_t fx_iq4nl_values[16];
+
 /* ---- generic_dot.c: dot products ----------------------------------------------------------- */
 
 void fx_f32_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
@@ -101,6 +111,10 @@ void fx_q3_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const
 void fx_q4_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void fx_q5_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void fx_q6_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void fx_iq4_nl_vec_dot(int64_t n, float *restrict s, const void *restrict x,
+                       const void *restrict y);
+void fx_iq4_xs_vec_dot(int64_t n, float *restrict s, const void *restrict x,
+                       const void *restrict y);
 
 /* ---- generic_rows.c: row operations -------------------------------------------------------- */
 

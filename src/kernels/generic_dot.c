@@ -140,6 +140,22 @@ void fx_mxfp4_vec_dot(int64_t n, float *restrict s, const void *restrict x,
     *s = sum;
 }
 
+void fx_iq4_nl_vec_dot(int64_t n, float *restrict s, const void *restrict x,
+                       const void *restrict y) {
+    const struct fx_block_iq4_nl *a = x;
+    const struct fx_block_q8_0 *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / FX_QK; i++) {
+        int sumi = 0;
+        for (int j = 0; j < FX_QK / 2; j++) {
+            sumi += fx_iq4nl_values[a[i].qs[j] & 0x0f] * b[i].qs[j];
+            sumi += fx_iq4nl_values[a[i].qs[j] >> 4] * b[i].qs[j + FX_QK / 2];
+        }
+        sum += (float)sumi * fx_fp16_to_f32(a[i].d) * fx_fp16_to_f32(b[i].d);
+    }
+    *s = sum;
+}
+
 /* ---- K formats against Q8_K ---------------------------------------------------------------- */
 
 /* Q2_K: sum over 16 sub-blocks of d * sc * sum(q * qy) - dmin * m * sum(qy); the sums of qy
@@ -260,6 +276,31 @@ void fx_q6_K_vec_dot(int64_t n, float *restrict s, const void *restrict x, const
                     sumi += sc[2 * quarter + k] * sub;
                 }
             }
+        }
+        sum += fx_fp16_to_f32(a[i].d) * b[i].d * (float)sumi;
+    }
+    *s = sum;
+}
+
+/* IQ4_XS: sum over 8 sub-blocks of 32 of (scale code - 32) * sum(level * qy), times d * dy. */
+void fx_iq4_xs_vec_dot(int64_t n, float *restrict s, const void *restrict x,
+                       const void *restrict y) {
+    const struct fx_block_iq4_xs *a = x;
+    const struct fx_block_q8_K *b = y;
+    float sum = 0;
+    for (int64_t i = 0; i < n / FX_QK_K; i++) {
+        int sumi = 0;
+        for (int sb = 0; sb < FX_QK_K / FX_QK; sb++) {
+            int sc = ((a[i].scales_l[sb / 2] >> (4 * (sb % 2))) & 0x0f) |
+                     ((a[i].scales_h >> (2 * sb)) & 3) << 4;
+            const uint8_t *q = a[i].qs + 16 * sb;
+            const int8_t *qy = b[i].qs + FX_QK * sb;
+            int sub = 0;
+            for (int j = 0; j < FX_QK / 2; j++) {
+                sub += fx_iq4nl_values[q[j] & 0x0f] * qy[j];
+                sub += fx_iq4nl_values[q[j] >> 4] * qy[j + FX_QK / 2];
+            }
+            sumi += (sc - 32) * sub;
         }
         sum += fx_fp16_to_f32(a[i].d) * b[i].d * (float)sumi;
     }

@@ -71,12 +71,13 @@ typedef void (*fx_unary_fn)(float *out, const float *x, int64_t n);
 typedef void (*fx_glu_fn)(float *out, const float *g, const float *u, int64_t n);
 
 /* Per-type operations. A NULL entry means the type does not support it: vec_dot is set exactly
- * for the weight formats (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, MXFP4),
- * quantize_act exactly for the activation formats (F32, Q8_0, Q8_1, Q8_K). */
+ * for the weight formats (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, MXFP4,
+ * IQ4_NL, IQ4_XS), quantize_act exactly for the activation formats (F32, Q8_0, Q8_1, Q8_K). */
 struct fx_type_ops {
     /* The activation format this weight type is dotted with; the same in every table:
-     * Q4_0, Q5_0, Q8_0, MXFP4 -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q2_K..Q6_K -> Q8_K; F32, F16, BF16 ->
-     * F32 (activations stay f32, they are not rounded to the weight's precision). */
+     * Q4_0, Q5_0, Q8_0, MXFP4, IQ4_NL -> Q8_0; Q4_1, Q5_1 -> Q8_1; Q2_K..Q6_K, IQ4_XS -> Q8_K;
+     * F32, F16, BF16 -> F32 (activations stay f32, they are not rounded to the weight's
+     * precision). */
     enum fx_type vec_dot_type;
     fx_to_float_fn to_float;
     /* The reference encoding: byte for byte what llama.cpp's quantizer writes for this type

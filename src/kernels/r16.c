@@ -90,6 +90,11 @@ PACK_INLINE void pack_row_32(enum fx_type type, const uint8_t *src, int r, uint8
         for (int i = 0; i < 4; i++)
             put_lane(dst + 16 + 64 * i, r, src + 1 + 4 * i, 0);
         return;
+    case FX_TYPE_IQ4_NL: /* as Q4_0: the tiles map the indices to levels */
+        put_u16(dst + 2 * r, src);
+        for (int i = 0; i < 4; i++)
+            put_lane(dst + 32 + 64 * i, r, src + 2 + 4 * i, 0);
+        return;
     default:
         FX_ASSERT(!"not a 32-wide R16 format");
     }
@@ -157,6 +162,19 @@ PACK_INLINE void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_
                 put_lane(dst + 2336 + 64 * (8 * h + g), r, src + 128 + 32 * h + 4 * g, 0);
         }
         return;
+    case FX_TYPE_IQ4_XS: { /* d, scales_h, scales_l[4], qs[128] */
+        uint16_t high;
+        memcpy(&high, src + 2, 2);
+        put_u16(dst + 2 * r, src);
+        for (int s = 0; s < 8; s++) {
+            int code = ((src[4 + s / 2] >> (4 * (s % 2))) & 0x0f) | ((high >> (2 * s)) & 3) << 4;
+            dst[32 + 16 * s + r] = (uint8_t)(int8_t)(code - 32);
+        }
+        for (int s = 0; s < 8; s++)
+            for (int i = 0; i < 4; i++)
+                put_lane(dst + 160 + 64 * (4 * s + i), r, src + 8 + 16 * s + 4 * i, 0);
+        return;
+    }
     default:
         FX_ASSERT(!"not a K R16 format");
     }
@@ -166,7 +184,7 @@ PACK_INLINE void pack_row_k(enum fx_type type, const uint8_t *src, int r, uint8_
 PACK_INLINE void pack_blocks(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int n_rows,
                              int64_t b0, int64_t n_blocks, uint8_t *dst, size_t pbytes) {
     const bool k_format = type == FX_TYPE_Q2_K || type == FX_TYPE_Q3_K || type == FX_TYPE_Q4_K ||
-                          type == FX_TYPE_Q5_K || type == FX_TYPE_Q6_K;
+                          type == FX_TYPE_Q5_K || type == FX_TYPE_Q6_K || type == FX_TYPE_IQ4_XS;
     const uint64_t bbytes = (uint64_t)fx_type_block_bytes(type);
     for (int64_t b = 0; b < n_blocks; b++, dst += pbytes) {
         const uint8_t *src = rows + (uint64_t)(b0 + b) * bbytes;
@@ -189,6 +207,8 @@ int32_t fx_r16_bias(enum fx_type type) {
         return 16;
     case FX_TYPE_MXFP4:
         return 12;
+    case FX_TYPE_IQ4_NL:
+        return 128;
     default:
         return 0;
     }
@@ -229,6 +249,12 @@ void fx_r16_pack(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int
         break;
     case FX_TYPE_Q5_K:
         pack_blocks(FX_TYPE_Q5_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_IQ4_NL:
+        pack_blocks(FX_TYPE_IQ4_NL, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
+        break;
+    case FX_TYPE_IQ4_XS:
+        pack_blocks(FX_TYPE_IQ4_XS, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);
         break;
     default:
         pack_blocks(FX_TYPE_Q6_K, rows, row_bytes, n_rows, b0, n_blocks, dst, pbytes);

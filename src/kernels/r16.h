@@ -30,14 +30,18 @@
  *                32s+4g+e) between mins and qs
  *   Q6_K (3360): d[16] | scales[16 s][16 r] int8 | ql[2 h][2 a][8 g][16 r][4] =
  *                ql[64h+32a+4g..] | qh[2 h][8 g][16 r][4] = qh[32h+4g..]
+ *   IQ4_NL (288): d[16] | qs as Q4_0 (4-bit indices into fx_iq4nl_values)
+ *   IQ4_XS (2208): d[16] | scales[8 s][16 r] int8 (decoded, -32..31) |
+ *                qs[8 s][4 i][16 r][4] = qs[16s+4i..]: low nibbles are elements 32s+4i..,
+ *                high nibbles 32s+16+4i.. (each sub-block of 32 as a Q4_0 block)
  *
  * The fixed float sequence (kernels.h's determinism contract). For weight row w and activation
  * row a, with exact integer sums per block (any order, any instructions), the f32 accumulator
  * f starts at +0 and takes, block by block in order, with fma() rounding once:
- *   Q8_0, Q4_0, Q5_0, MXFP4:  f = fma(isum, dw * da, f)
+ *   Q8_0, Q4_0, Q5_0, MXFP4, IQ4_NL:  f = fma(isum, dw * da, f)
  *   Q4_1, Q5_1:               f = fma(isum, dw * da, f); f = fma(mw, sa, f)
  *   Q2_K, Q4_K, Q5_K:         f = fma(sumi, d * da, f);  f = fma(summ, -(dmin * da), f)
- *   Q3_K, Q6_K:               f = fma(sumi, d * da, f)
+ *   Q3_K, Q6_K, IQ4_XS:       f = fma(sumi, d * da, f)
  * where isum = sum of code times activation code over the block (codes signed as the format
  * defines them), sumi = sum over sub-blocks of scale times its isum, summ = sum over
  * sub-blocks of min times the activation's sum, and integer sums convert to f32 rounding to
@@ -84,6 +88,10 @@ static inline size_t fx_r16_block_bytes(enum fx_type type) {
         return 2880;
     case FX_TYPE_Q6_K:
         return 3360;
+    case FX_TYPE_IQ4_NL:
+        return 288;
+    case FX_TYPE_IQ4_XS:
+        return 2208;
     default:
         return 0;
     }
@@ -95,13 +103,15 @@ static inline bool fx_r16_affine(enum fx_type type) {
     return type == FX_TYPE_Q4_1 || type == FX_TYPE_Q5_1;
 }
 
-/* The K formats' sub-blocks per super-block of 256: 8 of 32 elements (Q4_K, Q5_K) or 16 of 16. */
+/* The K formats' sub-blocks per super-block of 256: 8 of 32 elements (Q4_K, Q5_K, IQ4_XS) or
+ * 16 of 16. */
 static inline int fx_r16_k_subs(enum fx_type type) {
-    return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K ? 8 : 16;
+    return type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K || type == FX_TYPE_IQ4_XS ? 8 : 16;
 }
 
 /* Whether a K format's second integer sum is of minimums (Q2_K, Q4_K, Q5_K: subtracted after
- * scaling by dmin) rather than of the codes' bias (Q3_K, Q6_K: subtracted from the first sum). */
+ * scaling by dmin) rather than of the codes' bias (Q3_K, Q6_K, IQ4_XS: subtracted from the
+ * first sum). */
 static inline bool fx_r16_k_has_min(enum fx_type type) {
     return type == FX_TYPE_Q2_K || type == FX_TYPE_Q4_K || type == FX_TYPE_Q5_K;
 }
@@ -112,8 +122,8 @@ void fx_r16_pack(enum fx_type type, const uint8_t *rows, uint64_t row_bytes, int
                  int64_t n_blocks, uint8_t *dst);
 
 /* The unsigned offset of a 32-wide format's codes in R16 (the dot product runs on code + bias,
- * and the driver supplies -bias * sum(activation codes) per block): 128 for Q8_0, 8 for Q4_0,
- * 16 for Q5_0, 12 for MXFP4 (its doubled E2M1 values), 0 otherwise. */
+ * and the driver supplies -bias * sum(activation codes) per block): 128 for Q8_0 and IQ4_NL
+ * (its levels), 8 for Q4_0, 16 for Q5_0, 12 for MXFP4 (its doubled E2M1 values), 0 otherwise. */
 int32_t fx_r16_bias(enum fx_type type);
 
 /* What a tile needs of one Q8_0 or Q8_1 activation block besides its codes. */
@@ -202,11 +212,13 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
     FX_R16_ACT_META(table, q5_0, Q5_0)                                                             \
     FX_R16_ACT_META(table, q5_1, Q5_1)                                                             \
     FX_R16_ACT_META(table, mxfp4, MXFP4)                                                           \
+    FX_R16_ACT_META(table, iq4_nl, IQ4_NL)                                                         \
     FX_R16_VEC_DOT(table, q2_K, Q2_K)                                                              \
     FX_R16_VEC_DOT(table, q3_K, Q3_K)                                                              \
     FX_R16_VEC_DOT(table, q4_K, Q4_K)                                                              \
     FX_R16_VEC_DOT(table, q5_K, Q5_K)                                                              \
-    FX_R16_VEC_DOT(table, q6_K, Q6_K)
+    FX_R16_VEC_DOT(table, q6_K, Q6_K)                                                              \
+    FX_R16_VEC_DOT(table, iq4_xs, IQ4_XS)
 /* The 32-wide formats, whose activations carry metadata, and the K formats, whose Q8_K blocks
  * hold what they need. */
 #define FX_R16_OPS(name)                                                                           \
@@ -223,6 +235,7 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
     [FX_TYPE_Q5_0] = FX_R16_OPS(q5_0), [FX_TYPE_Q5_1] = FX_R16_OPS(q5_1),                          \
     [FX_TYPE_MXFP4] = FX_R16_OPS(mxfp4), [FX_TYPE_Q2_K] = FX_R16_K_OPS(q2_K),                      \
     [FX_TYPE_Q3_K] = FX_R16_K_OPS(q3_K), [FX_TYPE_Q4_K] = FX_R16_K_OPS(q4_K),                      \
-    [FX_TYPE_Q5_K] = FX_R16_K_OPS(q5_K), [FX_TYPE_Q6_K] = FX_R16_K_OPS(q6_K)
+    [FX_TYPE_Q5_K] = FX_R16_K_OPS(q5_K), [FX_TYPE_Q6_K] = FX_R16_K_OPS(q6_K),                      \
+    [FX_TYPE_IQ4_NL] = FX_R16_OPS(iq4_nl), [FX_TYPE_IQ4_XS] = FX_R16_K_OPS(iq4_xs)
 
 #endif

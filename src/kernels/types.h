@@ -4,8 +4,8 @@
  * alignment; every size is checked against core/dtype.c's table at compile time.
  *
  * Quantized weight formats and the activation format their dot product pairs them with:
- *   Q4_0, Q5_0, Q8_0, MXFP4 -> Q8_0     Q4_1, Q5_1 -> Q8_1     Q2_K .. Q6_K -> Q8_K
- *   F32, F16, BF16 -> F32 */
+ *   Q4_0, Q5_0, Q8_0, MXFP4, IQ4_NL -> Q8_0     Q4_1, Q5_1 -> Q8_1
+ *   Q2_K .. Q6_K, IQ4_XS -> Q8_K                F32, F16, BF16 -> F32 */
 #ifndef FX_KERNELS_TYPES_H
 #define FX_KERNELS_TYPES_H
 
@@ -95,6 +95,20 @@ struct fx_block_mxfp4 {
     uint8_t qs[FX_QK / 2]; /* E2M1 nibbles, same order as Q4_0 */
 };
 
+/* The non-linear 4-bit formats: each 4-bit code indexes a table of 16 int8 levels
+ * (fx_iq4nl_values, spaced more finely near 0 than a uniform grid), times a scale. */
+struct fx_block_iq4_nl {
+    uint16_t d;            /* fp16 scale */
+    uint8_t qs[FX_QK / 2]; /* codes, same order as Q4_0 */
+};
+
+struct fx_block_iq4_xs {
+    uint16_t d;                     /* fp16 super-block scale */
+    uint16_t scales_h;              /* high 2 bits of the 8 6-bit sub-block scales, 2 per scale */
+    uint8_t scales_l[FX_QK_K / 64]; /* low 4 bits of the scales: sub-block 2i low, 2i+1 high */
+    uint8_t qs[FX_QK_K / 2];        /* per sub-block of 32, 16 bytes ordered as Q4_0's */
+};
+
 /* The sizes GGUF (and core/dtype.c) give each block; a test checks the two tables agree. */
 _Static_assert(sizeof(struct fx_block_q4_0) == 18, "q4_0 block size");
 _Static_assert(sizeof(struct fx_block_q4_1) == 20, "q4_1 block size");
@@ -109,5 +123,7 @@ _Static_assert(sizeof(struct fx_block_q5_K) == 176, "q5_K block size");
 _Static_assert(sizeof(struct fx_block_q6_K) == 210, "q6_K block size");
 _Static_assert(sizeof(struct fx_block_q8_K) == 292, "q8_K block size");
 _Static_assert(sizeof(struct fx_block_mxfp4) == 17, "mxfp4 block size");
+_Static_assert(sizeof(struct fx_block_iq4_nl) == 18, "iq4_nl block size");
+_Static_assert(sizeof(struct fx_block_iq4_xs) == 136, "iq4_xs block size");
 
 #endif

@@ -226,8 +226,8 @@ static void quantize_act_q8_K(const float *restrict src, void *restrict dst, int
 
 /* ---- quantized formats: R16 ---------------------------------------------------------------- */
 
-/* Q8_0 weights are summed as signed bytes here (x86_avx2_r16.c): their tiles need only the
- * activation scales. */
+/* Q8_0 and IQ4_NL weights are summed as signed bytes here (x86_avx2_r16.c): their tiles need
+ * only the activation scales. */
 static void meta_scale_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
                             struct fx_r16_meta *meta) {
     (void)bias;
@@ -250,6 +250,8 @@ static const struct fx_r16_kernel r16[FX_TYPE_COUNT] = {
     [FX_TYPE_Q4_K] = {FX_TYPE_Q4_K, fx_avx2_tile_q4_K, NULL},
     [FX_TYPE_Q5_K] = {FX_TYPE_Q5_K, fx_avx2_tile_q5_K, NULL},
     [FX_TYPE_Q6_K] = {FX_TYPE_Q6_K, fx_avx2_tile_q6_K, NULL},
+    [FX_TYPE_IQ4_NL] = {FX_TYPE_IQ4_NL, fx_avx2_tile_iq4_nl, meta_scale_q8_0},
+    [FX_TYPE_IQ4_XS] = {FX_TYPE_IQ4_XS, fx_avx2_tile_iq4_xs, NULL},
 };
 
 FX_R16_ENTRY_POINTS(r16)

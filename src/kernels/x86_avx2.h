@@ -103,6 +103,8 @@ void fx_avx2_tile_q3_K(const struct fx_r16_tile *t);
 void fx_avx2_tile_q4_K(const struct fx_r16_tile *t);
 void fx_avx2_tile_q5_K(const struct fx_r16_tile *t);
 void fx_avx2_tile_q6_K(const struct fx_r16_tile *t);
+void fx_avx2_tile_iq4_nl(const struct fx_r16_tile *t);
+void fx_avx2_tile_iq4_xs(const struct fx_r16_tile *t);
 void fx_avx2_meta_q8_0(const uint8_t *act, int64_t n_blocks, int32_t bias,
                        struct fx_r16_meta *meta);
 

@@ -2,8 +2,10 @@
  * ones. The layout and the float sequence are those of the AVX-512 tiles, so results match
  * them; without VNNI the integer sums come from vpmaddubsw + vpmaddwd, 8 weight rows (half a
  * panel) per register. vpmaddubsw saturates its int16 pair sums, which the codes below keep
- * clear of: every format's unsigned codes are at most 63 except Q8_0's, which this file turns
- * back into signed bytes and multiplies by magnitude and sign (at most 2 * 127 * 127). */
+ * clear of: every format's unsigned codes are at most 63 except those of Q8_0, IQ4_NL and
+ * IQ4_XS, which this file keeps as signed bytes (the IQ4 levels, -127..113, straight from a
+ * vpshufb) and multiplies by magnitude and sign (at most 2 * 127 * 127); they then need no
+ * bias. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx2.h"
@@ -12,6 +14,22 @@
 
 /* A tile of more than 4 activation rows runs as tiles of 4 (16 registers). */
 #define AVX2_MAX_WIDTH 4
+
+/* The formats whose codes are multiplied as signed bytes (see above). */
+FX_INLINE bool signed_codes(enum fx_type type) {
+    return type == FX_TYPE_Q8_0 || type == FX_TYPE_IQ4_NL || type == FX_TYPE_IQ4_XS;
+}
+
+/* The 16 levels of IQ4_NL and IQ4_XS, signed, in each 128-bit lane for vpshufb. */
+FX_INLINE __m256i iq4nl_levels(void) {
+    return _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+}
+
+/* Sums of 4 products of signed q and signed a bytes per 32-bit lane (|q|, |a| <= 127). */
+FX_INLINE __m256i dot_i8i8(__m256i q, __m256i a) {
+    return dot_u8i8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+}
 
 /* ---- 32-wide formats ----------------------------------------------------------------------- */
 
@@ -44,7 +62,8 @@ FX_INLINE __m256 e8m0_half_x8(const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
 }
 
-/* The codes of group g (elements 4g..4g+3) of rows 8h..8h+7: unsigned, or for Q8_0 signed. */
+/* The codes of group g (elements 4g..4g+3) of rows 8h..8h+7: unsigned, or for Q8_0 and IQ4_NL
+ * signed. */
 FX_INLINE __m256i q32_codes(enum fx_type type, const uint8_t *p, int h, int g) {
     if (type == FX_TYPE_Q8_0)
         return _mm256_xor_si256(load256(p + 32 + 64 * g + 32 * h), _mm256_set1_epi8(-128));
@@ -61,6 +80,8 @@ FX_INLINE __m256i q32_codes(enum fx_type type, const uint8_t *p, int h, int g) {
         q = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_setr_epi8(
                                     12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0)),
                                 q);
+    if (type == FX_TYPE_IQ4_NL)
+        q = _mm256_shuffle_epi8(iq4nl_levels(), q);
     return q;
 }
 
@@ -80,16 +101,16 @@ FX_INLINE void q32_half(enum fx_type type, int width, const struct fx_r16_tile *
         const uint8_t *a = codes + (uint64_t)b * ablock;
         __m256i isum[AVX2_MAX_WIDTH];
 #pragma GCC unroll 16
-        for (int j = 0; j < width; j++) /* Q8_0 is summed signed here: no bias to remove */
-            isum[j] = _mm256_set1_epi32(type == FX_TYPE_Q8_0 ? 0 : meta[j * t->meta_stride + b].c);
+        for (int j = 0; j < width; j++) /* signed codes: no bias to remove */
+            isum[j] = _mm256_set1_epi32(signed_codes(type) ? 0 : meta[j * t->meta_stride + b].c);
 #pragma GCC unroll 16
         for (int g = 0; g < 8; g++) {
             __m256i q = q32_codes(type, p, h, g);
-            __m256i mag = type == FX_TYPE_Q8_0 ? _mm256_sign_epi8(q, q) : q;
+            __m256i mag = signed_codes(type) ? _mm256_sign_epi8(q, q) : q;
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++) {
                 __m256i x = bcast4(a + (uint64_t)j * t->act_stride + 4 * g);
-                if (type == FX_TYPE_Q8_0)
+                if (signed_codes(type))
                     x = _mm256_sign_epi8(x, q);
                 isum[j] = _mm256_add_epi32(isum[j], dot_u8i8(mag, x));
             }
@@ -170,9 +191,13 @@ FX_INLINE __m256i q6_codes(int qt, __m256i ql, __m256i qh) {
     return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
 }
 
-/* Unsigned codes of group gg of sub-block s, rows 8h..8h+7. */
+/* Codes of group gg of sub-block s, rows 8h..8h+7: unsigned, or for IQ4_XS its signed levels. */
 FX_INLINE __m256i k_codes(enum fx_type type, const uint8_t *p, int h, int s, int gg) {
     switch (type) {
+    case FX_TYPE_IQ4_XS: {
+        __m256i x = load256(p + 160 + 64 * (4 * s + gg % 4) + 32 * h);
+        return _mm256_shuffle_epi8(iq4nl_levels(), gg < 4 ? nib_lo(x) : nib_hi(x));
+    }
     case FX_TYPE_Q4_K:
     case FX_TYPE_Q5_K: {
         bool five = type == FX_TYPE_Q5_K;
@@ -224,10 +249,12 @@ FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t,
             for (int gg = 0; gg < groups; gg++) {
                 __m256i q = k_codes(type, p, h, s, gg);
 #pragma GCC unroll 16
-                for (int j = 0; j < width; j++)
-                    isum[j] = _mm256_add_epi32(
-                        isum[j], dot_u8i8(q, bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_QS +
-                                                    sub_len * s + 4 * gg)));
+                for (int j = 0; j < width; j++) {
+                    __m256i x =
+                        bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_QS + sub_len * s + 4 * gg);
+                    isum[j] = _mm256_add_epi32(isum[j], signed_codes(type) ? dot_i8i8(q, x)
+                                                                           : dot_u8i8(q, x));
+                }
             }
             __m256i sc = k_scale(type, p, h, s);
 #pragma GCC unroll 16
@@ -237,8 +264,10 @@ FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t,
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++)
             isum[j] = _mm256_setzero_si256();
+        /* The second sum (none for signed codes). */
+        const int n_pairs = signed_codes(type) ? 0 : 8;
 #pragma GCC unroll 16
-        for (int pt = 0; pt < 8; pt++) {
+        for (int pt = 0; pt < n_pairs; pt++) {
             __m256i pairs = k_pairs(type, p, h, pt);
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++)
@@ -250,7 +279,7 @@ FX_INLINE void k_half(enum fx_type type, int width, const struct fx_r16_tile *t,
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++) {
             __m256 da = _mm256_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
-            if (!fx_r16_k_has_min(type))
+            if (!fx_r16_k_has_min(type) && !signed_codes(type))
                 sumi[j] = _mm256_sub_epi32(
                     sumi[j], _mm256_slli_epi32(isum[j], type == FX_TYPE_Q3_K ? 2 : 5));
             f[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[j]), _mm256_mul_ps(d, da), f[j]);
@@ -335,6 +364,14 @@ void fx_avx2_tile_q5_K(const struct fx_r16_tile *t) {
 
 void fx_avx2_tile_q6_K(const struct fx_r16_tile *t) {
     tile_any(FX_TYPE_Q6_K, t);
+}
+
+void fx_avx2_tile_iq4_nl(const struct fx_r16_tile *t) {
+    tile_any(FX_TYPE_IQ4_NL, t);
+}
+
+void fx_avx2_tile_iq4_xs(const struct fx_r16_tile *t) {
+    tile_any(FX_TYPE_IQ4_XS, t);
 }
 
 /* ---- activation metadata ------------------------------------------------------------------- */

@@ -146,6 +146,10 @@ static const struct fx_r16_kernel r16[FX_TYPE_COUNT] = {
                       FX_AVX512_K_WIDE_ACT},
     [FX_TYPE_Q6_K] = {FX_TYPE_Q6_K, fx_avx512_tile_q6_K, NULL, fx_avx512_wide_q6_K,
                       FX_AVX512_K_WIDE_ACT},
+    [FX_TYPE_IQ4_NL] = {FX_TYPE_IQ4_NL, fx_avx512_tile_iq4_nl, fx_avx512_meta_q8_0,
+                        fx_avx512_wide_iq4_nl, FX_AVX512_Q32_WIDE_ACT},
+    [FX_TYPE_IQ4_XS] = {FX_TYPE_IQ4_XS, fx_avx512_tile_iq4_xs, NULL, fx_avx512_wide_iq4_xs,
+                        FX_AVX512_K_WIDE_ACT},
 };
 
 FX_R16_ENTRY_POINTS(r16)

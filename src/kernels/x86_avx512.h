@@ -55,6 +55,14 @@ FX_INLINE __m512i nib_hi(__m512i x) {
     return _mm512_and_si512(_mm512_srli_epi16(x, 4), _mm512_set1_epi8(0x0f));
 }
 
+/* The 16 levels of IQ4_NL and IQ4_XS plus 128 (their bias: 1..241, unsigned for vpdpbusd), in
+ * each 128-bit lane for vpshufb. */
+FX_INLINE __m512i iq4nl_lut(void) {
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(
+        (char)1, (char)24, (char)45, (char)63, (char)79, (char)93, (char)106, (char)118, (char)129,
+        (char)141, (char)153, (char)166, (char)181, (char)197, (char)217, (char)241));
+}
+
 /* Asks for the packed block `ahead` blocks past p, a line at a time. A K-format tile of one or
  * two activation rows computes too little per byte for the hardware prefetchers alone to keep
  * enough of the weight stream in flight (measured: +40% on cold Q4_K and Q6_K weights; the
@@ -111,6 +119,8 @@ void fx_avx512_wide_q4_1(const struct fx_r16_tile *t);
 void fx_avx512_wide_q5_0(const struct fx_r16_tile *t);
 void fx_avx512_wide_q5_1(const struct fx_r16_tile *t);
 void fx_avx512_wide_mxfp4(const struct fx_r16_tile *t);
+void fx_avx512_tile_iq4_nl(const struct fx_r16_tile *t);
+void fx_avx512_wide_iq4_nl(const struct fx_r16_tile *t);
 void fx_avx512_tile_q2_K(const struct fx_r16_tile *t);
 void fx_avx512_tile_q3_K(const struct fx_r16_tile *t);
 void fx_avx512_tile_q4_K(const struct fx_r16_tile *t);
@@ -121,6 +131,8 @@ void fx_avx512_wide_q3_K(const struct fx_r16_tile *t);
 void fx_avx512_wide_q4_K(const struct fx_r16_tile *t);
 void fx_avx512_wide_q5_K(const struct fx_r16_tile *t);
 void fx_avx512_wide_q6_K(const struct fx_r16_tile *t);
+void fx_avx512_tile_iq4_xs(const struct fx_r16_tile *t);
+void fx_avx512_wide_iq4_xs(const struct fx_r16_tile *t);
 
 /* KV cache rows (x86_avx512_kv.c), with the shapes of kernels.h's entries. */
 void fx_avx512_kv_store(enum fx_type type, const float *src, int64_t dim, void *dst);

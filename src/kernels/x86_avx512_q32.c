@@ -1,5 +1,6 @@
 /* AVX-512 VNNI tile kernels of the 32-wide formats in the R16 layout (r16.h): Q8_0, Q4_0, Q4_1,
- * Q5_0, Q5_1 and MXFP4 against Q8_0 or Q8_1 activations, and the activation metadata they need.
+ * Q5_0, Q5_1, MXFP4 and IQ4_NL against Q8_0 or Q8_1 activations, and the activation metadata
+ * they need.
  *
  * A tile holds, for each of its activation rows, one f32 accumulator per weight row (16 lanes).
  * Per block: the block's 16 rows are decoded once into 8 registers of unsigned codes (lane r:
@@ -48,7 +49,7 @@ FX_INLINE size_t q32_qs(enum fx_type type) {
         return 96;
     case FX_TYPE_Q5_1:
         return 128;
-    default: /* Q8_0, Q4_0 */
+    default: /* Q8_0, Q4_0, IQ4_NL */
         return 32;
     }
 }
@@ -69,6 +70,8 @@ FX_INLINE __m512i q32_group(enum fx_type type, const uint8_t *p, int g) {
         q = or_bit4(q, load512(p + q32_hmask(type)), g);
     if (type == FX_TYPE_MXFP4)
         q = _mm512_shuffle_epi8(mxfp4_lut(), q);
+    if (type == FX_TYPE_IQ4_NL)
+        q = _mm512_shuffle_epi8(iq4nl_lut(), q);
     return q;
 }
 
@@ -218,6 +221,14 @@ void fx_avx512_tile_q5_1(const struct fx_r16_tile *t) {
 
 void fx_avx512_tile_mxfp4(const struct fx_r16_tile *t) {
     q32_tile_any(FX_TYPE_MXFP4, t);
+}
+
+void fx_avx512_tile_iq4_nl(const struct fx_r16_tile *t) {
+    q32_tile_any(FX_TYPE_IQ4_NL, t);
+}
+
+void fx_avx512_wide_iq4_nl(const struct fx_r16_tile *t) {
+    q32_wide(FX_TYPE_IQ4_NL, t);
 }
 
 /* ---- activation metadata ------------------------------------------------------------------- */

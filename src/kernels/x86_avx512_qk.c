@@ -1,12 +1,13 @@
-/* AVX-512 VNNI tile kernels of the K formats in the R16 layout (r16.h): Q2_K, Q3_K, Q4_K, Q5_K
- * and Q6_K against Q8_K activations.
+/* AVX-512 VNNI tile kernels of the K formats in the R16 layout (r16.h): Q2_K, Q3_K, Q4_K, Q5_K,
+ * Q6_K and IQ4_XS against Q8_K activations.
  *
  * Per super-block of 256 and activation row: for each sub-block (8 of 32 elements, or 16 of
  * 16), vpdpbusd sums unsigned codes times activation codes exactly per weight row (lane); the
  * sum times the sub-block's scale joins the super-block's integer sum (vpmulld). The second
- * integer sum, of the minimums (Q2_K, Q4_K, Q5_K) or of the codes' bias (Q3_K's 4, Q6_K's 32)
- * times the activation's sums of 16, is one vpdpwssd per pair of 16-sums. Then the f32
- * accumulators take the fixed sequence of r16.h. */
+ * integer sum, of the minimums (Q2_K, Q4_K, Q5_K) or of the codes' bias (Q3_K's 4, Q6_K's 32,
+ * IQ4_XS's 128: its levels -127..113 enter vpdpbusd as 1..241) times the activation's sums of
+ * 16, is one vpdpwssd per pair of 16-sums. Then the f32 accumulators take the fixed sequence of
+ * r16.h. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx512.h"
@@ -33,14 +34,14 @@ FX_INLINE __m512i k_scale(enum fx_type type, const uint8_t *p, int s) {
     case FX_TYPE_Q4_K:
     case FX_TYPE_Q5_K:
         return _mm512_cvtepu8_epi32(load128(p + 64 + 16 * s));
-    default: /* Q3_K, Q6_K: int8 [s][r] */
+    default: /* Q3_K, Q6_K, IQ4_XS: int8 [s][r] */
         return _mm512_cvtepi8_epi32(load128(p + 32 + 16 * s));
     }
 }
 
 /* The int16 pairs that multiply the activation's sums of 16 (bsums[2t], bsums[2t+1]): the
  * minimums (m_t, m_t) of Q4_K/Q5_K, (m_2t, m_2t+1) of Q2_K, the scales (sc_2t, sc_2t+1) of
- * Q3_K and Q6_K. */
+ * Q3_K and Q6_K, (sc_t, sc_t) of IQ4_XS. */
 FX_INLINE __m512i k_pairs(enum fx_type type, const uint8_t *p, int t) {
     switch (type) {
     case FX_TYPE_Q2_K:
@@ -50,6 +51,10 @@ FX_INLINE __m512i k_pairs(enum fx_type type, const uint8_t *p, int t) {
     case FX_TYPE_Q5_K: {
         __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * t));
         return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+    case FX_TYPE_IQ4_XS: { /* signed scales: each int16 zero-extended, then doubled up */
+        __m512i sc = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(load128(p + 32 + 16 * t)));
+        return _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
     }
     default:
         return pair_i8(p + 32 + 32 * t, p + 32 + 32 * t + 16);
@@ -102,6 +107,10 @@ FX_INLINE __m512i k_codes(enum fx_type type, const uint8_t *p, int s, int gg) {
                                      _mm512_set1_epi8(4));
         return q;
     }
+    case FX_TYPE_IQ4_XS: { /* group gg of sub-block s: nibbles of qs line 4s + gg % 4 */
+        __m512i x = load512(p + 160 + 64 * (4 * s + gg % 4));
+        return _mm512_shuffle_epi8(iq4nl_lut(), gg < 4 ? nib_lo(x) : nib_hi(x));
+    }
     default: { /* Q6_K: s = 8h + 2qt + lh, group g = 4lh + gg */
         int h = s / 8, qt = (s % 8) / 2, g = 4 * (s % 2) + gg;
         __m512i ql = load512(p + 288 + 64 * (8 * (2 * h + qt % 2) + g));
@@ -109,6 +118,12 @@ FX_INLINE __m512i k_codes(enum fx_type type, const uint8_t *p, int s, int gg) {
         return q6_codes(qt, ql, qh);
     }
     }
+}
+
+/* The codes' bias of the formats whose second sum removes it, as a shift: Q3_K 4, Q6_K 32,
+ * IQ4_XS 128. */
+FX_INLINE int k_bias_shift(enum fx_type type) {
+    return type == FX_TYPE_Q3_K ? 2 : type == FX_TYPE_Q6_K ? 5 : 7;
 }
 
 /* Q6_K's first integer sum for narrow tiles (1 or 2 activation rows), in sumi: the three
@@ -259,9 +274,9 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++) {
                 __m512 da = _mm512_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
-                if (!fx_r16_k_has_min(type)) /* minus bias times the scaled sums: Q3_K 4, Q6_K 32 */
+                if (!fx_r16_k_has_min(type)) /* minus bias times the scaled sums */
                     sumi[p][j] = _mm512_sub_epi32(
-                        sumi[p][j], _mm512_slli_epi32(isum[p][j], type == FX_TYPE_Q3_K ? 2 : 5));
+                        sumi[p][j], _mm512_slli_epi32(isum[p][j], k_bias_shift(type)));
                 __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[p][j]), _mm512_mul_ps(d, da),
                                              _mm512_load_ps(f[p][j]));
                 if (fx_r16_k_has_min(type))
@@ -333,6 +348,14 @@ void fx_avx512_tile_q6_K(const struct fx_r16_tile *t) {
 
 void fx_avx512_wide_q6_K(const struct fx_r16_tile *t) {
     k_tile(FX_TYPE_Q6_K, 2, FX_AVX512_K_WIDE_ACT, t);
+}
+
+void fx_avx512_tile_iq4_xs(const struct fx_r16_tile *t) {
+    k_tile_any(FX_TYPE_IQ4_XS, t);
+}
+
+void fx_avx512_wide_iq4_xs(const struct fx_r16_tile *t) {
+    k_tile(FX_TYPE_IQ4_XS, 2, FX_AVX512_K_WIDE_ACT, t);
 }
 
 #endif

@@ -30,6 +30,8 @@ static const struct {
     {16, "Q5_K_S", FX_TYPE_Q5_K},
     {17, "Q5_K_M", FX_TYPE_Q5_K},
     {18, "Q6_K", FX_TYPE_Q6_K},
+    {25, "IQ4_NL", FX_TYPE_IQ4_NL},
+    {30, "IQ4_XS", FX_TYPE_IQ4_XS},
     {38, "MXFP4_MOE", FX_TYPE_MXFP4},
     /* llama-quantize's aliases */
     {12, "Q3_K", FX_TYPE_Q3_K},

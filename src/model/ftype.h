@@ -15,8 +15,8 @@ const char *fx_file_type_name(uint32_t id);
  * and Q5_K for the _M mixes; false when unknown. */
 bool fx_file_type_from_name(const char *name, uint32_t *id);
 /* The tensor type most weights of a file type get (Q4_K for Q4_K_M, MXFP4 for MXFP4_MOE), or
- * FX_TYPE_COUNT when ferrox cannot write that file type (the i-quants, Q2_K_S, which needs an
- * importance matrix). */
+ * FX_TYPE_COUNT when ferrox cannot write that file type (the i-quants but IQ4_NL and IQ4_XS,
+ * Q2_K_S, which need an importance matrix). */
 enum fx_type fx_file_type_base(uint32_t id);
 /* The names fx_file_type_base can write, space-separated, aliases marked ("Q4_K=Q4_K_M"), into
  * buf (truncated to size), for usage and error messages. */

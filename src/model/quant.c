@@ -20,6 +20,8 @@ enum {
     FT_Q4_K_M = 15,
     FT_Q5_K_S = 16,
     FT_Q5_K_M = 17,
+    FT_IQ4_NL = 25,
+    FT_IQ4_XS = 30,
     FT_MXFP4_MOE = 38,
 };
 
@@ -242,6 +244,8 @@ static enum fx_type attn_v_type(struct mix *x) {
         t = i < 2 ? FX_TYPE_Q5_K : FX_TYPE_Q4_K;
     else if (x->ftype == FT_Q3_K_L)
         t = FX_TYPE_Q5_K;
+    else if (is_ftype(x, FT_IQ4_NL, FT_IQ4_XS) && gqa >= 4)
+        t = FX_TYPE_Q5_K;
     else if (is_ftype(x, FT_Q4_K_M, FT_Q5_K_M) && more_bits(i, x->n_attn_v))
         t = FX_TYPE_Q6_K;
     else if (x->ftype == FT_Q4_K_S && i < 4)
@@ -290,6 +294,11 @@ static fx_status ffn_down_type(struct mix *x, const struct fx_quant_tensor *t, e
         if (!x->falcon && i < n / 8)
             r = FX_TYPE_Q5_K;
         break;
+    case FT_IQ4_NL: /* without an importance matrix */
+    case FT_IQ4_XS:
+        if (i < n / 8)
+            r = FX_TYPE_Q5_K;
+        break;
     default:
         break;
     }
@@ -301,7 +310,8 @@ static enum fx_type attn_output_type(const struct mix *x) {
     if (x->falcon)
         return x->ftype == FT_Q3_K_L ? FX_TYPE_Q4_K : x->base;
     if (x->m->n_expert == 8) {
-        static const uint32_t bumped[] = {FT_Q2_K, FT_Q3_K_S, FT_Q3_K_M, FT_Q4_K_S, FT_Q4_K_M};
+        static const uint32_t bumped[] = {FT_Q2_K,   FT_Q3_K_S, FT_Q3_K_M, FT_Q4_K_S,
+                                          FT_Q4_K_M, FT_IQ4_NL, FT_IQ4_XS};
         for (size_t k = 0; k < sizeof bumped / sizeof bumped[0]; k++)
             if (x->ftype == bumped[k])
                 return FX_TYPE_Q5_K;
@@ -340,7 +350,7 @@ static fx_status mix_type(struct mix *x, const struct fx_quant_tensor *t, enum f
 }
 
 /* A type whose blocks divide the rows, when `want`'s do not: a 32-wide type of about the same
- * size for the K types, F16 when even that does not fit. */
+ * size for the 256-wide types (IQ4_NL for the smallest), F16 when even that does not fit. */
 static fx_status fit_rows(const struct fx_quant_tensor *t, enum fx_type want, enum fx_type *out,
                           struct fx_error *err) {
     *out = want;
@@ -349,7 +359,8 @@ static fx_status fit_rows(const struct fx_quant_tensor *t, enum fx_type want, en
     switch (want) {
     case FX_TYPE_Q2_K:
     case FX_TYPE_Q3_K:
-        *out = FX_TYPE_Q4_0;
+    case FX_TYPE_IQ4_XS:
+        *out = FX_TYPE_IQ4_NL;
         break;
     case FX_TYPE_Q4_K:
         *out = FX_TYPE_Q5_0;

@@ -18,12 +18,13 @@ import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 // the types the speed targets name, and `ferrox quantize` output from F32 and F16 sources.
 const DEFAULT_CASES = [
     ...["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
-        "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K"].map(t => `tiny:${t}`),
+        "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
+    ].map(t => `tiny:${t}`),
     "tiny-moe:F32", "tiny-moe:MXFP4_MOE", "tiny-moe:Q8_0", "tiny-moe:Q4_K_M",
     "smollm2-135m:F16", "qwen3-0.6b:F16", "llama-3.2-1b:F16",
     "smollm2-135m:Q8_0", "smollm2-135m:Q4_0", "smollm2-135m:Q4_K_M",
-    "qwen3-0.6b:Q8_0", "llama-3.2-1b:Q4_K_M",
-    "tiny:F32:Q4_K_M", "tiny:F16:Q5_1", "tiny-moe:F32:MXFP4_MOE",
+    "qwen3-0.6b:Q8_0", "llama-3.2-1b:Q4_K_M", "llama-3.2-1b:IQ4_XS",
+    "tiny:F32:Q4_K_M", "tiny:F16:Q5_1", "tiny-moe:F32:MXFP4_MOE", "tiny:F32:IQ4_NL",
 ];
 
 // Token ids below every shape's vocabulary (2048 for the tiny shapes), as one batch.
