@@ -622,3 +622,152 @@ FX_TEST(serve_queue_full) {
     free(res);
     server_stop(&s);
 }
+
+/* ---- speculation ----------------------------------------------------------------------------- */
+
+/* choices[0].text of a completion response, as its JSON escapes it (malloc'd). */
+static char *completion_text(const char *res) {
+    const char *p = strstr(res, "\"text\":\"");
+    if (!p)
+        fail_msg("no text in:\n%.2000s", res);
+    p += strlen("\"text\":\"");
+    const char *q = p;
+    while (*q && *q != '"')
+        q += *q == '\\' && q[1] ? 2 : 1;
+    char *text = strndup(p, (size_t)(q - p));
+    assert_non_null(text);
+    return text;
+}
+
+/* Prompts that make prompt lookup right often (repetition) and wrong often (free text). */
+#define SPEC_N_PROMPTS 8
+static const char *const spec_prompts[SPEC_N_PROMPTS] = {
+    "Lily likes cats. Lily likes dogs. Lily likes cats. Lily likes dogs. Lily likes cats. Lily "
+    "likes dogs. Lily likes",
+    "Once upon a time",
+    "Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom had a",
+    "The sun was hot. The little bird",
+    "Sue said: I want to play. Sue said: I want to play. Sue said: I want to",
+    "One day, a big dog",
+    "The cat sat. The cat sat. The cat sat. The cat sat. The cat",
+    "Once upon a time there was a girl named Lily. She",
+};
+
+/* The request body of prompt i: temperature 0, or sampling with a seed. */
+static void spec_body(char *body, size_t cap, int i, bool sampled) {
+    snprintf(body, cap, "{\"prompt\":\"%s\",\"max_tokens\":64,\"ignore_eos\":true,%s}",
+             spec_prompts[i], sampled ? "\"temperature\":0.8,\"seed\":7" : "\"temperature\":0");
+}
+
+/* The texts of every prompt, one request at a time, at temperature 0 ([0..8)) and sampled
+ * ([8..16)), from a server started with `extra`. */
+static void spec_texts_alone(const char *const *extra, char *texts[2 * SPEC_N_PROMPTS],
+                             double *accepted) {
+    struct server s;
+    server_start(&s, extra);
+    for (int k = 0; k < 2 * SPEC_N_PROMPTS; k++) {
+        char body[512];
+        spec_body(body, sizeof body, k % SPEC_N_PROMPTS, k >= SPEC_N_PROMPTS);
+        char *res = http_post(s.port, "/v1/completions", body, NULL);
+        expect_status(res, 200, spec_prompts[k % SPEC_N_PROMPTS]);
+        texts[k] = completion_text(res);
+        free(res);
+    }
+    if (accepted)
+        *accepted = metric(s.port, "spec_decode_num_accepted_tokens_total", "");
+    server_stop(&s);
+}
+
+static void spec_texts_free(char *texts[2 * SPEC_N_PROMPTS]) {
+    for (int k = 0; k < 2 * SPEC_N_PROMPTS; k++)
+        free(texts[k]);
+}
+
+static void spec_expect_equal(char *const got[], char *const want[], int n, const char *what) {
+    for (int k = 0; k < n; k++)
+        if (strcmp(got[k], want[k]) != 0)
+            fail_msg("%s, prompt %d (%s): with speculation\n  %s\nwithout\n  %s", what,
+                     k % SPEC_N_PROMPTS, k >= SPEC_N_PROMPTS ? "sampled, seed 7" : "temperature 0",
+                     got[k], want[k]);
+}
+
+/* One request at a time: the text with prompt lookup (drafting at every step, and adaptive) is
+ * the text without, at temperature 0 and sampling with a seed; drafts were kept on the way. */
+FX_TEST(serve_spec_text_equals_plain) {
+    char *plain[2 * SPEC_N_PROMPTS], *spec[2 * SPEC_N_PROMPTS];
+    const char *none[] = {"--spec", "none", NULL};
+    double accepted = 0;
+    spec_texts_alone(none, plain, &accepted);
+    assert_true(accepted == 0);
+    const char *fixed[] = {"--spec", "ngram", "--spec-fixed", "--draft-max", "8", NULL};
+    spec_texts_alone(fixed, spec, &accepted);
+    print_message("--spec-fixed: %.0f drafts kept\n", accepted);
+    assert_true(accepted > 100);
+    spec_expect_equal(spec, plain, 2 * SPEC_N_PROMPTS, "--spec ngram --spec-fixed");
+    spec_texts_free(spec);
+    spec_texts_alone(NULL, spec, &accepted); /* the default: ngram, adaptive */
+    print_message("adaptive: %.0f drafts kept\n", accepted);
+    assert_true(accepted >= 1);
+    spec_expect_equal(spec, plain, 2 * SPEC_N_PROMPTS, "--spec ngram (adaptive)");
+    spec_texts_free(spec);
+    spec_texts_free(plain);
+}
+
+/* The 16 requests of spec_texts_alone sent at once to a server with `extra`; each text must be
+ * the one without speculation. */
+static void spec_concurrent(const char *const *extra, char *const plain[2 * SPEC_N_PROMPTS],
+                            double min_accepted, const char *what) {
+    struct server s;
+    server_start(&s, extra);
+    int fd[2 * SPEC_N_PROMPTS];
+    for (int k = 0; k < 2 * SPEC_N_PROMPTS; k++) {
+        char body[512], req[1024];
+        spec_body(body, sizeof body, k % SPEC_N_PROMPTS, k >= SPEC_N_PROMPTS);
+        int n = snprintf(req, sizeof req,
+                         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "Content-Length: %zu\r\n\r\n%s",
+                         strlen(body), body);
+        fd[k] = connect_to(s.port);
+        send_all(fd[k], req, (size_t)n);
+    }
+    char *got[2 * SPEC_N_PROMPTS];
+    for (int k = 0; k < 2 * SPEC_N_PROMPTS; k++) {
+        char *res = recv_all(fd[k], 60000);
+        close(fd[k]);
+        expect_status(res, 200, what);
+        got[k] = completion_text(res);
+        free(res);
+    }
+    double accepted = metric(s.port, "spec_decode_num_accepted_tokens_total", "");
+    double preempted = metric(s.port, "num_preemptions_total", "");
+    print_message("%s: %.0f drafts kept, %.0f preemptions\n", what, accepted, preempted);
+    server_stop(&s);
+    assert_true(accepted >= min_accepted);
+    spec_expect_equal(got, plain, 2 * SPEC_N_PROMPTS, what);
+    spec_texts_free(got);
+}
+
+/* 8 prompts at temperature 0 and the same 8 sampled with a seed, all at once: the texts with
+ * prompt lookup equal the texts without, with 8 sequences at once, with 4 in a pool small
+ * enough (16 blocks of 16 positions) that drafts are dropped for lack of blocks and sequences
+ * are swapped out and recomputed on the way, and with a step budget so small that drafts and
+ * prompt chunks compete for a few rows. */
+FX_TEST(serve_spec_concurrent_equals_plain) {
+    char *plain[2 * SPEC_N_PROMPTS];
+    const char *none[] = {"--spec", "none", NULL};
+    spec_texts_alone(none, plain, NULL);
+    const char *wide[] = {"-np", "8", "--spec", "ngram", "--spec-fixed", "--draft-max", "8", NULL};
+    spec_concurrent(wide, plain, 100, "8 at once");
+    const char *small[] = {"-np",          "4",           "-c", "256", "--spec", "ngram",
+                           "--spec-fixed", "--draft-max", "8",  NULL};
+    spec_concurrent(small, plain, 100, "4 at once in 256 positions");
+    /* Steps of 6 rows while sequences decode: one for each, drafts and prompt chunks in the
+     * rest. */
+    const char *narrow[] = {
+        "-np", "4", "--max-num-batched-tokens", "6", "--spec-fixed", "--draft-max", "16", NULL};
+    spec_concurrent(narrow, plain, 50, "4 at once in steps of 6 rows");
+    /* Adaptive: how many drafts it keeps depends on the measured times. */
+    const char *adaptive[] = {"-np", "8", NULL};
+    spec_concurrent(adaptive, plain, 1, "8 at once, adaptive");
+    spec_texts_free(plain);
+}

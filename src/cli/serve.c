@@ -30,6 +30,8 @@ enum {
     OPT_HTTP_THREADS,
     OPT_CONN_MAX,
     OPT_SHUTDOWN_TIMEOUT,
+    OPT_STEP_TOKENS,
+    OPT_BLOCK_SIZE,
 };
 
 static void usage(FILE *out) {
@@ -46,6 +48,14 @@ static void usage(FILE *out) {
             "  -c, --ctx-size N          KV positions of all sequences together (default 4096);\n"
             "                            one sequence holds at most this, and at most the\n"
             "                            model's training context\n"
+            "  -b, --batch-size N        rows of a step at most (serve's default %d)\n"
+            "  --max-num-batched-tokens N\n"
+            "                            rows of a step while sequences decode: one per\n"
+            "                            decoding sequence, drafts and prompt chunks share the\n"
+            "                            rest (default %d; -b rows when none decodes, or for a\n"
+            "                            backlog of more than -b prompt rows)\n"
+            "  --block-size N            positions per KV block, the prefix cache's unit\n"
+            "                            (default %d)\n"
             "  --queue-max N             requests waiting at most; past it 503 (default 64)\n"
             "  --max-body BYTES          largest request body; past it 413 (default 16 MiB)\n"
             "  --timeout S               close connections idle for S seconds (default 600)\n"
@@ -59,7 +69,9 @@ static void usage(FILE *out) {
             "  --pooling mean|last       embeddings' pooling (default mean)\n"
             "  -v, --verbose             one line per request on stderr\n"
             "The sampling options below are the defaults of requests that do not say;\n"
-            "-n is the default max_tokens.\n");
+            "-n is the default max_tokens. Speculation: --spec ngram (prompt lookup per\n"
+            "sequence, the default) or none; draft models are not served.\n",
+            FX_ENGINE_N_BATCH, FX_ENGINE_STEP_TOKENS, FX_ENGINE_BLOCK_SIZE);
     fx_cli_gen_usage(out);
 }
 
@@ -122,10 +134,13 @@ static int parse_args(int argc, char **argv, struct serve_opts *o) {
         {"threads-http", required_argument, NULL, OPT_HTTP_THREADS},
         {"conn-max", required_argument, NULL, OPT_CONN_MAX},
         {"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT},
+        {"max-num-batched-tokens", required_argument, NULL, OPT_STEP_TOKENS},
+        {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     /* llama-server's single-dash spellings. */
+    fx_cli_gen_expand_aliases(argc, argv);
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "-np") == 0)
             argv[i] = (char *)"--parallel";
@@ -189,6 +204,14 @@ static int parse_args(int argc, char **argv, struct serve_opts *o) {
             ok = fx_cli_parse_int(optarg, 1, 1 << 16, &o->server.conn_max),
             what = "--conn-max (1..65536)";
             break;
+        case OPT_STEP_TOKENS:
+            ok = fx_cli_parse_int(optarg, 1, 1 << 20, &o->engine.step_tokens),
+            what = "--max-num-batched-tokens (>= 1)";
+            break;
+        case OPT_BLOCK_SIZE:
+            ok = fx_cli_parse_int(optarg, 1, 4096, &o->engine.block_size),
+            what = "--block-size (positions, 1..4096)";
+            break;
         case OPT_SHUTDOWN_TIMEOUT:
             ok = fx_cli_parse_int(optarg, 0, 3600, &o->shutdown_timeout),
             what = "--shutdown-timeout (seconds, 0..3600)";
@@ -214,6 +237,11 @@ static int parse_args(int argc, char **argv, struct serve_opts *o) {
     }
     if (!o->gen.model_path) {
         fprintf(stderr, "ferrox serve: give the model with -m FILE\n");
+        return 2;
+    }
+    if (o->gen.spec == FX_CLI_SPEC_DRAFT || o->gen.draft_path) {
+        fprintf(stderr, "ferrox serve: draft models (--spec draft, -md) are not served yet: use "
+                        "--spec ngram or --spec none\n");
         return 2;
     }
     return -1;
@@ -249,10 +277,14 @@ int fx_cli_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     o.engine.n_ctx = o.gen.n_ctx > 0 ? o.gen.n_ctx : 4096;
-    o.engine.n_batch = o.gen.n_batch > 0 ? o.gen.n_batch : 512;
+    o.engine.n_batch = o.gen.n_batch > 0 ? o.gen.n_batch : FX_ENGINE_N_BATCH;
     o.engine.n_threads = o.gen.n_threads;
     o.engine.type_k = o.gen.type_k;
     o.engine.type_v = o.gen.type_v;
+    o.engine.spec = o.gen.spec == FX_CLI_SPEC_NGRAM && o.gen.draft_max > 0;
+    o.engine.spec_params.draft_max = o.gen.draft_max > 0 ? o.gen.draft_max : 1;
+    o.engine.spec_params.draft_min = o.gen.draft_min;
+    o.engine.spec_params.adaptive = !o.gen.spec_fixed;
     if (fx_engine_create(m.model, m.vocab, &o.engine, &engine, &err) != FX_OK) {
         fprintf(stderr, "ferrox serve: %s\n", err.msg);
         goto done;
@@ -270,10 +302,10 @@ int fx_cli_serve(int argc, char **argv) {
     const char *name = fx_chat_template_builtin_name(tmpl);
     fprintf(stderr,
             "ferrox serve: %s: %s, %.2f M parameters; %d sequences, %d KV positions (%d per "
-            "sequence); chat template %s\n",
+            "sequence); chat template %s; speculation %s\n",
             o.gen.model_path, fx_model_arch(m.model), (double)fx_model_n_params(m.model) * 1e-6,
             fx_engine_n_parallel(engine), o.engine.n_ctx, fx_engine_n_ctx_seq(engine),
-            name ? name : "from the model");
+            name ? name : "from the model", o.engine.spec ? "ngram" : "none");
     bool v6 = strchr(o.server.host, ':') != NULL;
     fprintf(stderr, "ferrox serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", o.server.host,
             v6 ? "]" : "", fx_server_port(server));

@@ -57,11 +57,14 @@ struct fx_engine_params fx_engine_default_params(void) {
     struct fx_context_params cp = fx_context_default_params();
     return (struct fx_engine_params){.n_parallel = 4,
                                      .n_ctx = 4096,
-                                     .n_batch = 512,
+                                     .n_batch = FX_ENGINE_N_BATCH,
+                                     .step_tokens = FX_ENGINE_STEP_TOKENS,
                                      .queue_max = 64,
                                      .type_k = cp.type_k,
                                      .type_v = cp.type_v,
-                                     .pooling = FX_POOLING_MEAN};
+                                     .pooling = FX_POOLING_MEAN,
+                                     .spec = false,
+                                     .spec_params = fx_spec_default_params()};
 }
 
 int32_t fx_engine_n_parallel(const struct fx_engine *e) {
@@ -381,9 +384,20 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "--parallel %d: between 1 and 1024 sequences", p.n_parallel);
     if (p.block_size == 0)
-        p.block_size = 16;
+        p.block_size = FX_ENGINE_BLOCK_SIZE;
     if (p.n_batch == 0)
-        p.n_batch = 512;
+        p.n_batch = FX_ENGINE_N_BATCH;
+    if (p.step_tokens == 0)
+        p.step_tokens = FX_ENGINE_STEP_TOKENS;
+    if (p.step_tokens < 1)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "--max-num-batched-tokens %d: >= 1", p.step_tokens);
+    const struct fx_spec_params *sp = &p.spec_params;
+    if (p.spec && (sp->draft_max < 1 || sp->draft_max > 256 || sp->draft_min < 0 ||
+                   sp->draft_min > sp->draft_max))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "--draft-min %d, --draft-max %d: 0 <= min <= max, 1 <= max <= 256",
+                            sp->draft_min, sp->draft_max);
     if (p.queue_max < 0)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "--queue-max %d: >= 0",
                             p.queue_max);
@@ -446,7 +460,11 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
     e->b_pos = malloc((size_t)p.n_batch * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)p.n_batch * sizeof *e->b_seq);
     e->b_logits = malloc((size_t)p.n_batch * sizeof *e->b_logits);
-    e->logits = malloc((size_t)p.n_parallel * (size_t)e->n_vocab * sizeof *e->logits);
+    /* Rows with logits: each slot's last row (decoding or the end of its prompt) and, with
+     * speculation, the drafts (at most step_tokens); never more than the batch. */
+    int64_t n_logit_rows = (int64_t)p.n_parallel + (p.spec ? p.step_tokens : 0);
+    e->n_logit_rows = (int32_t)(n_logit_rows < p.n_batch ? n_logit_rows : p.n_batch);
+    e->logits = malloc((size_t)e->n_logit_rows * (size_t)e->n_vocab * sizeof *e->logits);
     if (!e->eog || !e->slots || !e->order || !e->touched || !e->b_tok || !e->b_pos || !e->b_seq ||
         !e->b_logits || !e->logits) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory for the engine");
@@ -457,6 +475,8 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
             e->eog[e->n_eog++] = id;
     for (int32_t i = 0; i < p.n_parallel; i++)
         e->slots[i].seq = -1;
+    if ((st = fx_draft_init(e, err)))
+        goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "cannot start the engine thread");
         goto fail;
@@ -479,6 +499,7 @@ void fx_engine_free(struct fx_engine *e) {
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
+    fx_draft_free(e);
     for (int32_t i = 0; e->slots && i < e->p.n_parallel; i++)
         free(e->slots[i].toks);
     free(e->slots);

@@ -11,10 +11,22 @@
  *      (fx_kv_seq_create_cached) and reserves the blocks of the rest (fx_kv_seq_reserve: "later"
  *      leaves it waiting, "never" fails the request);
  *   3. builds one batch: one row for every decoding sequence, then prompt chunks of the others
- *      while n_batch rows allow (chunked prefill), reserving each decoding row's block first and
- *      swapping out the newest request when the pool is full;
+ *      (chunked prefill, below), reserving each decoding row's block first and swapping out the
+ *      newest request when the pool is full;
  *   4. runs one fx_forward_multi_seq over it, samples every sequence whose last row came back with
  *      its own sampler, runs its stopper, and appends the released text to the request.
+ *
+ * The step's rows: one for every decoding sequence first, then drafts and prompt chunks share
+ * what is left of step_tokens rows (a step's time is the inter-token gap of every stream that
+ * waits for it); n_batch rows when none decodes, or to work off a backlog of prompt rows.
+ *
+ * Speculation (spec): a decoding sequence may put [its last token, k drafts from prompt lookup]
+ * in the step instead of its one row, every row's logits asked for; its rows are accepted in
+ * order by the rule of fx_spec_step (src/spec/spec.h: one body for both), and the rows after the
+ * first rejected draft are rolled back (fx_kv_seq_truncate). k and the switch-off are the
+ * controller of fx_spec, per sequence, fed with the sequence's share of each step's measured
+ * time (a fixed cost split between the step's sequences plus a cost per row, fitted over recent
+ * steps), so that a draft row is weighed against what a row costs the whole batch.
  *
  * A sequence's state is the list of its tokens (prompt, then generated) and how many of them are
  * in the pool; the last generated token is evaluated by the next step. Swapping a request out
@@ -43,17 +55,34 @@
 enum fx_pooling { FX_POOLING_MEAN, FX_POOLING_LAST };
 
 struct fx_engine_params {
-    int32_t n_parallel; /* sequences running at once (slots); default 4 */
-    int32_t n_ctx;      /* KV positions in the pool, all sequences together; default 4096 */
-    int32_t n_ctx_seq;  /* positions one sequence may hold; 0: n_ctx, at most the model's
-                           training context */
-    int32_t n_batch;    /* rows per step; default 512 */
-    int32_t n_threads;  /* workers; 0: one per CPU */
-    int32_t queue_max;  /* requests waiting for admission at most; default 64 */
-    int32_t block_size; /* positions per KV block; 0: 16 */
+    int32_t n_parallel;  /* sequences running at once (slots); default 4 */
+    int32_t n_ctx;       /* KV positions in the pool, all sequences together; default 4096 */
+    int32_t n_ctx_seq;   /* positions one sequence may hold; 0: n_ctx, at most the model's
+                            training context */
+    int32_t n_batch;     /* rows per step at most (the prompt chunk while nothing decodes, or
+                            while prompts have a backlog); 0: FX_ENGINE_N_BATCH */
+    int32_t step_tokens; /* rows per step while sequences decode (vLLM's
+                            max_num_batched_tokens): a row for each decoding sequence, then
+                            drafts and prompt chunks share what is left; a backlog of more than
+                            n_batch prompt rows takes n_batch (sched.c); 0: FX_ENGINE_STEP_TOKENS */
+    int32_t n_threads;   /* workers; 0: one per CPU */
+    int32_t queue_max;   /* requests waiting for admission at most; default 64 */
+    int32_t block_size;  /* positions per KV block; 0: FX_ENGINE_BLOCK_SIZE */
     enum fx_type type_k, type_v;
     enum fx_pooling pooling;
+    /* Speculation: each decoding sequence drafts by prompt lookup (fx_drafter_ngram_create) and
+     * verifies its drafts as rows of the step; the text is the same as without. */
+    bool spec;
+    struct fx_spec_params spec_params;
 };
+
+/* The default of step_tokens (measured: docs/PERFORMANCE.md, "ferrox serve: a step budget"). */
+#define FX_ENGINE_STEP_TOKENS 64
+/* The default of block_size. */
+#define FX_ENGINE_BLOCK_SIZE 16
+/* The default of n_batch: a burst of prompts is prefilled in steps of this many rows, and the
+ * fewer such steps, the fewer streams' inter-token gaps they lengthen (docs/PERFORMANCE.md). */
+#define FX_ENGINE_N_BATCH 1024
 
 struct fx_engine_params fx_engine_default_params(void);
 
@@ -235,6 +264,9 @@ struct fx_engine_metrics {
     uint64_t finished[5];       /* requests by enum fx_finish (index 0 unused) */
     uint64_t embed_requests, embed_tokens;
     uint64_t steps;
+    uint64_t spec_drafts;       /* verify rounds: sequences' steps with drafts */
+    uint64_t spec_draft_tokens; /* drafts verified */
+    uint64_t spec_accepted;     /* of those, kept */
     struct fx_histogram ttft, itl, e2e;
 };
 

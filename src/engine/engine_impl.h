@@ -4,6 +4,7 @@
 #define FX_ENGINE_IMPL_H
 
 #include "engine/engine.h"
+#include "spec/spec.h"
 
 /* One running sequence: a choice of a request. Slots are owned by the engine thread. */
 struct fx_slot {
@@ -18,8 +19,15 @@ struct fx_slot {
     struct fx_sampler *sampler;
     struct fx_stopper *stopper;
     double t_last; /* when its last token was sampled; 0 before the first */
-    /* The current step: rows of this slot in the batch, and its logits row (-1: none). */
+    /* The current step: rows of this slot in the batch, and its first logits row (-1: none;
+     * a decoding slot's rows are [last token, drafts], each with logits). */
     int32_t rows, logit_row;
+    /* Speculation (the engine's, kept across requests; NULL / unused without): */
+    struct fx_drafter *drafter; /* prompt lookup */
+    fx_token *draft;            /* [spec draft_max]: this step's drafts */
+    int32_t n_draft;
+    double t_draft;         /* seconds spent drafting for this step */
+    struct fx_spec_ctl ctl; /* k and the switch-off, reset for each request */
 };
 
 struct fx_engine {
@@ -34,12 +42,19 @@ struct fx_engine {
     fx_token *eog;           /* the vocabulary's end-of-generation tokens */
     size_t n_eog;
     struct fx_slot *slots; /* [n_parallel] */
-    /* The step's batch, [n_batch] rows, and its logits, [n_parallel][n_vocab]. */
+    /* The step's batch, [n_batch] rows, and its logits, [n_logit_rows][n_vocab]: a row for each
+     * slot and, with speculation, step_tokens rows of drafts. */
     fx_token *b_tok;
     int32_t *b_pos;
     fx_seq_id *b_seq;
     int8_t *b_logits;
     float *logits;
+    int32_t n_logit_rows;
+    /* The step cost model (speculation, draft.c): a step of R decoding rows and P prompt rows
+     * takes about alpha + beta * R + beta_p * P seconds; decayed sums of R, P, T and their
+     * products. */
+    double cm_w, cm_x, cm_x2, cm_y, cm_xx, cm_x2x2, cm_xx2, cm_xy, cm_x2y;
+    double alpha, beta, beta_p;  /* beta_p: a prompt row's cost */
     struct fx_slot **order;      /* [n_parallel]: used slots, oldest request first */
     struct fx_gen_req **touched; /* [n_parallel]: requests to notify after the step */
     int n_touched;
@@ -62,6 +77,30 @@ struct fx_engine {
     struct fx_engine_metrics m;
     int32_t n_swapped; /* requests holding slots but no sequence in the pool */
 };
+
+/* draft.c: speculation's side of a step. */
+/* Makes the slots' drafters and draft buffers (with p.spec). */
+fx_status fx_draft_init(struct fx_engine *e, struct fx_error *err);
+void fx_draft_free(struct fx_engine *e);
+/* A new request's choice in slot s: its controller starts afresh. */
+void fx_draft_reset(struct fx_engine *e, struct fx_slot *s);
+/* Chooses and proposes slot s's drafts for this step (s->n_draft), at most max_k. */
+void fx_draft_propose(struct fx_engine *e, struct fx_slot *s, int32_t max_k);
+/* After a step of n_rows rows (n_prompt_rows of them prompt rows) that took t seconds over
+ * n_seqs sequences: refits the cost model. */
+void fx_draft_observe_step(struct fx_engine *e, int32_t n_rows, int32_t n_prompt_rows,
+                           int32_t n_seqs, double t);
+/* A decoding slot's step, as it was before its rows were accepted (the slot may finish on the
+ * way). */
+struct fx_draft_step {
+    int32_t pos;     /* of its first row */
+    int32_t n_draft; /* drafts after it */
+    double t_draft;  /* seconds spent drafting them */
+};
+/* Feeds slot s's controller with its step d: n_out tokens yielded, `kept` drafts kept; the step
+ * ran n_seqs sequences. */
+void fx_draft_account(struct fx_engine *e, struct fx_slot *s, const struct fx_draft_step *d,
+                      int32_t n_seqs, int32_t n_out, int32_t kept, bool rejected);
 
 /* sched.c: one scheduler iteration (admission, step, sampling); true when it did some work. */
 bool fx_sched_iterate(struct fx_engine *e);

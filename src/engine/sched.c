@@ -98,6 +98,16 @@ void fx_sched_finish_queued(struct fx_engine *e, struct fx_gen_req *r, enum fx_f
     notify_touched(e);
 }
 
+/* Empties slot s, keeping the buffers it owns for the next request. */
+static void slot_clear(struct fx_slot *s) {
+    *s = (struct fx_slot){.toks = s->toks,
+                          .cap_toks = s->cap_toks,
+                          .drafter = s->drafter,
+                          .draft = s->draft,
+                          .seq = -1,
+                          .logit_row = -1};
+}
+
 /* Frees slot s (its sequence, sampler and stopper) and finishes its choice with f. */
 static void finish_slot(struct fx_engine *e, struct fx_slot *s, enum fx_finish f, const char *msg) {
     struct fx_gen_req *r = s->req;
@@ -106,7 +116,7 @@ static void finish_slot(struct fx_engine *e, struct fx_slot *s, enum fx_finish f
     fx_sampler_free(s->sampler);
     fx_stopper_free(s->stopper);
     int32_t choice = s->choice;
-    *s = (struct fx_slot){.toks = s->toks, .cap_toks = s->cap_toks, .seq = -1, .logit_row = -1};
+    slot_clear(s);
     r->n_slots_live--;
     finish_choice(e, r, choice, f, msg);
 }
@@ -241,7 +251,8 @@ static bool take_queued(struct fx_engine *e) {
         struct fx_slot *s = &e->slots[i];
         if (s->req)
             continue;
-        *s = (struct fx_slot){.toks = s->toks, .cap_toks = s->cap_toks, .seq = -1, .logit_row = -1};
+        slot_clear(s);
+        fx_draft_reset(e, s);
         s->req = r;
         s->choice = choice;
         s->sampler = r->samplers[choice];
@@ -384,17 +395,14 @@ static void logprobs_of(const float *row, int32_t n_vocab, fx_token t, int32_t k
         out->top_logprob[j] = (float)((double)row[out->top_id[j]] - lse);
 }
 
-/* Samples slot s's next token from row, releases its text, and ends the choice on a stop token,
- * a stop string, max_tokens or a full context. */
-static void sample_slot(struct fx_engine *e, struct fx_slot *s, const float *row) {
+/* Slot s's next token t, sampled from row (and accepted by its sampler): releases its text, and
+ * ends the choice on a stop token, a stop string, max_tokens or a full context. first: the
+ * slot's first token of this step (the inter-token latency is observed once per step, as vLLM
+ * does: the tokens of one step arrive together). False when the choice has ended. */
+static bool emit_token(struct fx_engine *e, struct fx_slot *s, const float *row, fx_token t,
+                       bool first) {
     struct fx_gen_req *r = s->req;
     struct fx_error err;
-    fx_token t;
-    if (fx_sampler_sample(s->sampler, row, &t, &err) != FX_OK ||
-        fx_sampler_accept(s->sampler, t, &err) != FX_OK) {
-        finish_slot(e, s, FX_FINISH_ERROR, err.msg);
-        return;
-    }
     struct fx_gen_token gt = {.id = t};
     if (r->logprobs >= 0)
         logprobs_of(row, e->n_vocab, t, r->logprobs, &gt);
@@ -403,7 +411,7 @@ static void sample_slot(struct fx_engine *e, struct fx_slot *s, const float *row
     struct fx_stop_result res;
     if (fx_stopper_push(s->stopper, t, piece ? piece : "", piece ? len : 0, &res, &err) != FX_OK) {
         finish_slot(e, s, FX_FINISH_ERROR, err.msg);
-        return;
+        return false;
     }
     bool full = res.reason == FX_STOP_NONE && s->n_eval >= e->n_ctx_seq;
     struct fx_stop_result rest = {0};
@@ -423,7 +431,7 @@ static void sample_slot(struct fx_engine *e, struct fx_slot *s, const float *row
     if (r->t_first == 0) {
         r->t_first = now;
         fx_hist_observe(&e->m.ttft, now - r->t_arrival);
-    } else if (s->t_last > 0) {
+    } else if (s->t_last > 0 && first) {
         fx_hist_observe(&e->m.itl, now - s->t_last);
     }
     pthread_mutex_unlock(&e->stats_mu);
@@ -437,8 +445,49 @@ static void sample_slot(struct fx_engine *e, struct fx_slot *s, const float *row
         finish_slot(e, s, FX_FINISH_STOP, NULL);
     else if (!grow_toks(s, s->n_toks + 1))
         finish_slot(e, s, FX_FINISH_ERROR, "out of memory for the tokens");
-    else
+    else {
         s->toks[s->n_toks++] = t;
+        return true;
+    }
+    return false;
+}
+
+struct accept_ctx {
+    struct fx_engine *e;
+    struct fx_slot *s;
+    const float *rows; /* the logits of the slot's rows */
+    int32_t n_eval;    /* positions kept with row 0 */
+};
+
+/* fx_spec_accept's callback: row i's token; the rows up to i are kept. */
+static fx_status accept_row(void *user, int32_t row, fx_token t, bool *stop, struct fx_error *err) {
+    (void)err;
+    struct accept_ctx *a = user;
+    a->s->n_eval = a->n_eval + row;
+    *stop = !emit_token(a->e, a->s, a->rows + (size_t)row * (size_t)a->e->n_vocab, t, row == 0);
+    return FX_OK;
+}
+
+/* Samples slot s's tokens from rows [n_draft + 1][n_vocab], the logits of [its last token,
+ * n_draft drafts] (n_eval counts the first), by the rule of speculative decoding (fx_spec_accept,
+ * the same body as fx_spec_step's; with no drafts, plain sampling), and rolls back the rows after
+ * the last kept one. */
+static void sample_slot(struct fx_engine *e, struct fx_slot *s, const float *rows, int32_t n_draft,
+                        int32_t *n_out, int32_t *kept, bool *rejected) {
+    struct accept_ctx a = {.e = e, .s = s, .rows = rows, .n_eval = s->n_eval};
+    struct fx_error err;
+    fx_status st = fx_spec_accept(s->sampler, rows, e->n_vocab, s->draft, n_draft, accept_row, &a,
+                                  n_out, kept, rejected, &err);
+    if (!s->req)
+        return; /* the choice ended */
+    if (st != FX_OK) {
+        finish_slot(e, s, FX_FINISH_ERROR, err.msg);
+        return;
+    }
+    if (n_draft > 0 && s->seq >= 0) {
+        fx_status rb = fx_kv_seq_truncate(e->pool, s->seq, s->n_eval, NULL);
+        FX_ASSERT(rb == FX_OK);
+    }
 }
 
 /* Choice 0 of s's request has its prompt's logits: the waiting choices fork its sequence and
@@ -462,17 +511,65 @@ static void fork_choices(struct fx_engine *e, struct fx_slot *s, const float *ro
         f->n_toks = s->n_toks;
         f->n_eval = s->n_eval;
         f->fork_pending = false;
-        sample_slot(e, f, row);
+        int32_t n_out, kept;
+        bool rejected;
+        sample_slot(e, f, row, 0, &n_out, &kept, &rejected);
     }
 }
 
 /* ---- the step ----------------------------------------------------------------------------------
  */
 
-/* Builds the batch: a row for each decoding sequence (its block reserved first; when the pool is
- * full the newest request is swapped out and the batch rebuilt), then prompt chunks while
- * n_batch rows allow. Returns the number of rows. */
+/* Whether slot s decodes this step (its last token, after which it samples, is all it has left
+ * to evaluate); the others in the pool evaluate prompt chunks. */
+static bool decodes(const struct fx_slot *s) {
+    return s->seq >= 0 && s->n_toks - s->n_eval == 1;
+}
+
+/* The rows of a step while n_dec sequences decode and prompts have `pending` rows to evaluate
+ * (chunked prefill, as vLLM's max_num_batched_tokens, decode rows first). A step's time is the
+ * inter-token gap of every decoding stream, so while sequences decode a step holds step_tokens
+ * rows (at least one per decoding sequence); but a backlog of more than n_batch prompt rows (a
+ * burst of new requests) is worked off in chunks of n_batch rows: it would otherwise wait through
+ * many steps, and the few steps that clear it are a small share of all inter-token gaps. */
+static int32_t step_budget(const struct fx_engine *e, int32_t n_dec, int32_t pending) {
+    if (n_dec == 0 || pending > e->p.n_batch)
+        return e->p.n_batch;
+    int32_t budget = e->p.step_tokens > n_dec ? e->p.step_tokens : n_dec;
+    return budget < e->p.n_batch ? budget : e->p.n_batch;
+}
+
+/* Builds the batch: a row for each decoding sequence, with its drafts after it (its blocks
+ * reserved first; when the pool is full, drafts are dropped, then the newest request is swapped
+ * out and the batch rebuilt), then prompt chunks, within step_budget rows. Returns the number
+ * of rows. */
 static int32_t build_batch(struct fx_engine *e, int32_t n_slots, int32_t *n_logits) {
+    int32_t n_dec = 0, pending = 0;
+    for (int32_t i = 0; i < n_slots; i++) {
+        struct fx_slot *s = e->order[i];
+        s->n_draft = 0;
+        if (decodes(s))
+            n_dec++;
+        else if (s->seq >= 0)
+            pending += s->n_toks - s->n_eval;
+    }
+    int32_t budget = step_budget(e, n_dec, pending);
+    /* The drafts, oldest request first, proposed once even if the batch is rebuilt: in the rows
+     * of step_tokens that the decoding rows and then the prompts leave (prompts first: a draft
+     * may be wasted, a prompt row never is, and prompts left waiting pile up), and every slot
+     * may have a row with logits besides them. */
+    int32_t room = e->p.step_tokens < budget ? e->p.step_tokens : budget;
+    room = room > n_dec ? room - n_dec : 0;
+    room = room > pending ? room - pending : 0;
+    if (room > e->n_logit_rows - n_slots)
+        room = e->n_logit_rows - n_slots;
+    for (int32_t i = 0; i < n_slots && e->p.spec; i++) {
+        struct fx_slot *s = e->order[i];
+        if (!decodes(s))
+            continue;
+        fx_draft_propose(e, s, room);
+        room -= s->n_draft;
+    }
     int32_t n, nl;
 restart:
     n = 0;
@@ -483,28 +580,35 @@ restart:
     }
     for (int32_t i = 0; i < n_slots && n < e->p.n_batch; i++) {
         struct fx_slot *s = e->order[i];
-        if (s->seq < 0 || s->n_toks - s->n_eval != 1)
+        if (!decodes(s))
             continue;
+        if (s->n_draft > e->p.n_batch - n - 1)
+            s->n_draft = e->p.n_batch - n - 1;
         enum fx_kv_admit why;
+        if (s->n_draft > 0 && fx_kv_seq_reserve(e->pool, s->seq, 1 + s->n_draft, &why, NULL))
+            s->n_draft = 0;
         if (fx_kv_seq_reserve(e->pool, s->seq, 1, &why, NULL) != FX_OK) {
             if (!swap_out_newest(e))
                 return 0;
             goto restart;
         }
-        s->rows = 1;
-        s->logit_row = nl++;
-        e->b_tok[n] = s->toks[s->n_eval];
-        e->b_pos[n] = s->n_eval;
-        e->b_seq[n] = s->seq;
-        e->b_logits[n] = 1;
-        n++;
+        s->rows = 1 + s->n_draft;
+        s->logit_row = nl;
+        nl += s->rows;
+        for (int32_t k = 0; k < s->rows; k++) {
+            e->b_tok[n] = k == 0 ? s->toks[s->n_eval] : s->draft[k - 1];
+            e->b_pos[n] = s->n_eval + k;
+            e->b_seq[n] = s->seq;
+            e->b_logits[n] = 1;
+            n++;
+        }
     }
-    for (int32_t i = 0; i < n_slots && n < e->p.n_batch; i++) {
+    for (int32_t i = 0; i < n_slots && n < budget; i++) {
         struct fx_slot *s = e->order[i];
         int32_t left = s->n_toks - s->n_eval;
         if (s->seq < 0 || left <= 1)
             continue;
-        int32_t rows = left < e->p.n_batch - n ? left : e->p.n_batch - n;
+        int32_t rows = left < budget - n ? left : budget - n;
         s->rows = rows;
         for (int32_t k = 0; k < rows; k++) {
             e->b_tok[n] = s->toks[s->n_eval + k];
@@ -556,8 +660,12 @@ bool fx_sched_iterate(struct fx_engine *e) {
         struct fx_batch b = {
             .n = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .logits = e->b_logits};
         struct fx_error err;
+        FX_ASSERT(n_logits <= e->n_logit_rows);
+        double t0 = fx_engine_now();
         fx_status st = fx_forward_multi_seq(e->ctx, e->pool, &b, e->logits, &err);
+        double dt = fx_engine_now() - t0;
         uint64_t prefill = 0;
+        int32_t n_seqs = 0, n_prompt_rows = 0;
         for (int32_t i = 0; i < n_slots; i++) {
             struct fx_slot *s = e->order[i];
             if (!s->rows)
@@ -566,12 +674,20 @@ bool fx_sched_iterate(struct fx_engine *e) {
                 finish_slot(e, s, FX_FINISH_ERROR, err.msg);
                 continue;
             }
-            int32_t end = s->n_eval + s->rows;
+            n_seqs++;
+            /* A decoding slot keeps its first row; its drafts are kept or rolled back when
+             * sampled. */
+            bool dec = decodes(s);
+            int32_t end = s->n_eval + (dec ? 1 : s->rows);
             int32_t np = s->req->n_prompt;
             if (s->n_eval < np)
                 prefill += (uint64_t)((end < np ? end : np) - s->n_eval);
+            if (!dec)
+                n_prompt_rows += s->rows;
             s->n_eval = end;
         }
+        if (st == FX_OK && e->p.spec)
+            fx_draft_observe_step(e, n, n_prompt_rows, n_seqs, dt);
         pthread_mutex_lock(&e->stats_mu);
         e->m.prefill_tokens += prefill;
         e->m.steps++;
@@ -581,11 +697,18 @@ bool fx_sched_iterate(struct fx_engine *e) {
             struct fx_slot *s = e->order[i];
             if (!s->req || s->logit_row < 0)
                 continue;
-            const float *row = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
+            const float *rows = e->logits + (size_t)s->logit_row * (size_t)e->n_vocab;
             s->logit_row = -1;
             if (s->choice == 0 && s->n_toks == s->req->n_prompt)
-                fork_choices(e, s, row);
-            sample_slot(e, s, row);
+                fork_choices(e, s, rows);
+            bool dec = s->rows == 1 + s->n_draft && s->n_toks > s->req->n_prompt;
+            struct fx_draft_step d = {
+                .pos = s->n_eval - 1, .n_draft = s->n_draft, .t_draft = s->t_draft};
+            int32_t n_out = 0, kept = 0;
+            bool rejected = false;
+            sample_slot(e, s, rows, d.n_draft, &n_out, &kept, &rejected);
+            if (dec)
+                fx_draft_account(e, s, &d, n_seqs, n_out, kept, rejected);
         }
         worked = true;
     }

@@ -123,6 +123,12 @@ enum MHD_Result fx_metrics_respond(struct fx_conn *c) {
     counter(&t, model, "embedding_requests_total", "Embedding requests served.", m.embed_requests);
     counter(&t, model, "embedding_tokens_total", "Tokens embedded.", m.embed_tokens);
     counter(&t, model, "engine_steps_total", "Batched forward steps run.", m.steps);
+    counter(&t, model, "spec_decode_num_drafts_total",
+            "Number of spec decoding drafts (a sequence's verify rows in a step).", m.spec_drafts);
+    counter(&t, model, "spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+            m.spec_draft_tokens);
+    counter(&t, model, "spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+            m.spec_accepted);
     histogram(&t, model, "time_to_first_token_seconds",
               "Histogram of time to first token in seconds.", &m.ttft);
     histogram(&t, model, "inter_token_latency_seconds",
