@@ -169,6 +169,12 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "thread count %d is not in 0..%d", p.n_threads, FX_POOL_MAX_THREADS);
 
+    if (hp->n_layer_rec > 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "%s: the forward pass of recurrent (Gated DeltaNet) layers is not "
+                            "implemented yet",
+                            m->arch);
+
     struct fx_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
