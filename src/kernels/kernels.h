@@ -107,6 +107,7 @@ enum fx_act {
     FX_ACT_GELU,     /* tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) */
     FX_ACT_GELU_F16, /* ggml's CPU GELU: x rounded to fp16, GELU of that rounded to fp16;
                       * x <= -10 gives 0, x >= 10 gives x (see the fixtures README) */
+    FX_ACT_SIGMOID,  /* 1 / (1 + exp(-x)) (qwen35's output gates) */
     FX_ACT_COUNT
 };
 
@@ -192,6 +193,24 @@ struct fx_kernels {
                     float *dst, int64_t dst_stride);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
+
+    /* Gated DeltaNet (qwen35's linear attention), one token at a time. */
+
+    /* out = x / max(||x||_2, eps); out may be x. */
+    void (*l2_norm)(float *out, const float *x, int64_t n, float eps);
+    /* One step of a depthwise causal conv over n_ch channels with d_conv taps: for channel c,
+     *   out[c] = sum_t w[c][t] * win[c][t] (t < d_conv - 1, oldest first) + w[c][d_conv-1] * x[c]
+     * taps summed in that order, then win[c] drops its oldest input and takes x[c].
+     * w is [n_ch][d_conv], win [n_ch][d_conv - 1]. */
+    void (*conv_step)(float *out, float *win, const float *x, const float *w, int64_t n_ch,
+                      int32_t d_conv);
+    /* One token of the gated delta rule for one head of d x d state. state is [d][d] with
+     * row j holding column j of the state matrix M (M[i][j] = state[j * d + i], i indexing
+     * keys, j values), so that each step reads and writes every row once:
+     *   M = decay * M;  delta_j = (v_j - sum_i M[i][j] k_i) * beta;  M[i][j] += k_i delta_j;
+     *   out_j = scale * sum_i M[i][j] q_i   (the state after this token's update). */
+    void (*delta_step)(float *state, const float *q, const float *k, const float *v, float decay,
+                       float beta, float scale, float *out, int64_t d);
 };
 
 /* The table chosen for this process (thread-safe, decided once): FERROX_CPU when set and
