@@ -14,8 +14,8 @@
 static void check_close(const char *what, const char *table, int64_t i, double got, double want,
                         double tol) {
     if (!(fabs(got - want) <= tol))
-        fail_msg("%s (%s) [%lld]: %.9g, expected %.9g (tol %.3g)", what, table, (long long)i,
-                 got, want, tol);
+        fail_msg("%s (%s) [%lld]: %.9g, expected %.9g (tol %.3g)", what, table, (long long)i, got,
+                 want, tol);
 }
 
 static float *randn(struct fx_test_rng *rng, int64_t n, double s) {
@@ -41,8 +41,8 @@ FX_TEST(kernels_ssm_sigmoid_and_l2_norm_match_double) {
                 check_close("sigmoid", t->name, i, y[i], 1 / (1 + exp(-(double)g[i + 1])), 1e-6);
             t->glu[FX_ACT_SIGMOID](y, g + 1, u, n);
             for (int64_t i = 0; i < n; i++)
-                check_close("sigmoid_glu", t->name, i, y[i],
-                            u[i] / (1 + exp(-(double)g[i + 1])), 1e-6 * fabs(u[i]) + 1e-30);
+                check_close("sigmoid_glu", t->name, i, y[i], u[i] / (1 + exp(-(double)g[i + 1])),
+                            1e-6 * fabs(u[i]) + 1e-30);
             double sq = 0;
             for (int64_t i = 0; i < n; i++)
                 sq += (double)u[i] * u[i];
@@ -128,8 +128,8 @@ FX_TEST(kernels_ssm_delta_step_matches_double) {
                     x[s * d + i] = (float)(x[s * d + i] / sqrt(sq));
             }
         }
-        double *m = calloc((size_t)(d * d), sizeof(double)), *want = malloc(sizeof(double) *
-                                                                            (size_t)(n_steps * d));
+        double *m = calloc((size_t)(d * d), sizeof(double)),
+               *want = malloc(sizeof(double) * (size_t)(n_steps * d));
         assert_non_null(m);
         assert_non_null(want);
         double scale = 1 / sqrt((double)d);
@@ -148,8 +148,8 @@ FX_TEST(kernels_ssm_delta_step_matches_double) {
                 want[s * d + j] = o * scale;
             }
         for (int k = 0; k < n_tables; k++) {
-            float *mem = calloc((size_t)(d * d + 1), sizeof(float)), *out = malloc(
-                                                                            sizeof(float) * 129);
+            float *mem = calloc((size_t)(d * d + 1), sizeof(float)),
+                  *out = malloc(sizeof(float) * 129);
             assert_non_null(mem);
             assert_non_null(out);
             float *st = mem + 1; /* unaligned */

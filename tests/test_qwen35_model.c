@@ -105,14 +105,13 @@ FX_TEST(qwen35_model_loads_moe) {
 /* ---- malformed copies -------------------------------------------------------------------- */
 
 struct edit {
-    const char *drop;    /* tensor to leave out, or NULL */
-    const char *key;     /* key to set (u32) or remove, or NULL */
+    const char *drop; /* tensor to leave out, or NULL */
+    const char *key;  /* key to set (u32) or remove, or NULL */
     uint32_t u32;
     bool remove;
 };
 
-static bool edit_tensor(void *user, const struct fx_tensor_view *t, uint32_t *n_dims,
-                        int64_t *ne) {
+static bool edit_tensor(void *user, const struct fx_tensor_view *t, uint32_t *n_dims, int64_t *ne) {
     (void)n_dims;
     (void)ne;
     const struct edit *e = user;

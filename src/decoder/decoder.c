@@ -1,6 +1,6 @@
 /* The forward body and the shared steps of every block. Read top to bottom, a forward call is:
- * embed the chunk's tokens, run each layer's attention and FFN (or MoE) block, then normalise
- * the rows that need output and project them to logits. */
+ * embed the chunk's tokens, run each layer's attention (or Gated DeltaNet) and FFN (or MoE) block,
+ * then normalise the rows that need output and project them to logits. */
 #include "decoder/decoder.h"
 
 #include <math.h>
@@ -221,7 +221,10 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
         c.n_att = attention_blocks(w, &c);
         embed_on_worker(w, &c);
         for (int il = 0; il < m->hp.n_layer; il++) {
-            fx_attn_block_on_worker(w, &c, il);
+            if (m->layers[il].recurrent)
+                fx_delta_block_on_worker(w, &c, il);
+            else
+                fx_attn_block_on_worker(w, &c, il);
             if (m->hp.n_expert > 0)
                 fx_moe_block_on_worker(w, &c, il);
             else

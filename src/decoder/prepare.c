@@ -45,6 +45,13 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "position %d is not in 0..%d (the cache holds %d positions)", pos0,
                             ctx->kv.n_filled, ctx->kv.n_filled);
+    /* A recurrent state holds the sequence up to its end: a call continues it there, or starts
+     * the sequence again at 0. */
+    if (ctx->model->hp.n_layer_rec > 0 && pos0 != 0 && pos0 != ctx->kv.n_filled)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "position %d: a %s sequence continues at its end (%d) or restarts at "
+                            "0 (its recurrent state cannot go back)",
+                            pos0, ctx->model->arch, ctx->kv.n_filled);
     if (n > ctx->n_ctx - pos0)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "%lld tokens at position %d exceed the context of %d", (long long)n,
@@ -56,7 +63,7 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
         .ctx = ctx,
         .tokens = tokens,
         .n = n,
-        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .rs = &ctx->rs, .pos0 = pos0}},
         .logits_rows = rows,
         .logits = logits,
         .hidden = hidden,
@@ -71,6 +78,11 @@ static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_poo
     const struct fx_hparams *hp = &ctx->model->hp;
     if (!pool)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the KV pool is NULL");
+    if (hp->n_layer_rec > 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "%s over a KV pool: the recurrent state of pooled sequences is not "
+                            "implemented (use the contiguous context)",
+                            ctx->model->arch);
     if (pool->n_layer != hp->n_layer || pool->n_head_kv != hp->n_head_kv ||
         pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,

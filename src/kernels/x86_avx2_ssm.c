@@ -14,8 +14,8 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-void fx_avx2_delta_step(float *state, const float *q, const float *k, const float *v,
-                        float decay, float beta, float scale, float *out, int64_t d) {
+void fx_avx2_delta_step(float *state, const float *q, const float *k, const float *v, float decay,
+                        float beta, float scale, float *out, int64_t d) {
     __m256 vdecay = _mm256_set1_ps(decay);
     int64_t d8 = d - d % 8;
     __m256i tail = lanes8((int)(d - d8));

@@ -6,8 +6,8 @@
 
 #include <immintrin.h>
 
-void fx_avx512_delta_step(float *state, const float *q, const float *k, const float *v,
-                          float decay, float beta, float scale, float *out, int64_t d) {
+void fx_avx512_delta_step(float *state, const float *q, const float *k, const float *v, float decay,
+                          float beta, float scale, float *out, int64_t d) {
     __m512 vdecay = _mm512_set1_ps(decay);
     int64_t d16 = d - d % 16;
     __mmask16 tail = (__mmask16)((1u << (d - d16)) - 1);

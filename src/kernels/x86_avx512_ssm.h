@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-void fx_avx512_delta_step(float *state, const float *q, const float *k, const float *v,
-                          float decay, float beta, float scale, float *out, int64_t d);
+void fx_avx512_delta_step(float *state, const float *q, const float *k, const float *v, float decay,
+                          float beta, float scale, float *out, int64_t d);
 
 #endif

@@ -114,15 +114,15 @@ struct fx_layer {
 
     /* Gated DeltaNet (recurrent layers; key_dim = HK * S, value_dim = HV * S,
      * conv_dim = 2 * key_dim + value_dim). */
-    struct fx_mat ssm_qkv;     /* [conv_dim][n_embd]: [q | k | v] before the conv */
-    struct fx_mat ssm_z;       /* [value_dim][n_embd]: the output gate z */
-    struct fx_mat ssm_beta;    /* [HV][n_embd]: sigmoid of it is the write strength */
-    struct fx_mat ssm_alpha;   /* [HV][n_embd]: with dt_b and a, the decay */
-    const float *ssm_conv;     /* [conv_dim][d_conv] taps per channel, the oldest input first */
-    const float *ssm_dt_b;     /* [HV] */
-    const float *ssm_a;        /* [HV] negative rates: log decay = softplus(alpha + dt_b) * a */
-    const float *ssm_norm;     /* [S] RMS norm of each head's output, shared by the heads */
-    struct fx_mat ssm_out;     /* [n_embd][value_dim] */
+    struct fx_mat ssm_qkv;   /* [conv_dim][n_embd]: [q | k | v] before the conv */
+    struct fx_mat ssm_z;     /* [value_dim][n_embd]: the output gate z */
+    struct fx_mat ssm_beta;  /* [HV][n_embd]: sigmoid of it is the write strength */
+    struct fx_mat ssm_alpha; /* [HV][n_embd]: with dt_b and a, the decay */
+    const float *ssm_conv;   /* [conv_dim][d_conv] taps per channel, the oldest input first */
+    const float *ssm_dt_b;   /* [HV] */
+    const float *ssm_a;      /* [HV] negative rates: log decay = softplus(alpha + dt_b) * a */
+    const float *ssm_norm;   /* [S] RMS norm of each head's output, shared by the heads */
+    struct fx_mat ssm_out;   /* [n_embd][value_dim] */
 
     const float *ffn_norm;                    /* [n_embd] pre-FFN norm */
     struct fx_mat ffn_gate, ffn_up, ffn_down; /* dense FFN (data NULL on MoE layers) */
@@ -142,11 +142,11 @@ struct fx_layer {
 /* A multi-token-prediction (NextN) block: its transformer layer is m->layers[n_layer + i]; these
  * are the tensors around it. Loaded with the model; the trunk's forward pass never runs it. */
 struct fx_mtp {
-    struct fx_mat eh_proj;        /* [n_embd][2 n_embd]: [rms(embedding) | rms(hidden)] -> x */
-    const float *enorm, *hnorm;   /* [n_embd] */
-    const float *head_norm;       /* [n_embd] shared_head_norm, or NULL: output_norm */
-    struct fx_mat embed;          /* [n_vocab][n_embd]; the model's tok_embd when absent */
-    struct fx_mat head;           /* [n_vocab][n_embd]; the model's output when absent */
+    struct fx_mat eh_proj;      /* [n_embd][2 n_embd]: [rms(embedding) | rms(hidden)] -> x */
+    const float *enorm, *hnorm; /* [n_embd] */
+    const float *head_norm;     /* [n_embd] shared_head_norm, or NULL: output_norm */
+    struct fx_mat embed;        /* [n_vocab][n_embd]; the model's tok_embd when absent */
+    struct fx_mat head;         /* [n_vocab][n_embd]; the model's output when absent */
 };
 
 struct fx_model {

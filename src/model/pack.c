@@ -72,8 +72,23 @@ static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_e
     fx_status st;
     for (int il = 0; il < m->hp.n_layer; il++) {
         struct fx_layer *l = &m->layers[il];
-        struct fx_mat *mats[] = {&l->wq,       &l->wk,     &l->wv,       &l->wo,
-                                 &l->ffn_gate, &l->ffn_up, &l->ffn_down, &l->router};
+        struct fx_mat *mats[] = {&l->wq,
+                                 &l->wk,
+                                 &l->wv,
+                                 &l->wo,
+                                 &l->ffn_gate,
+                                 &l->ffn_up,
+                                 &l->ffn_down,
+                                 &l->router,
+                                 &l->ssm_qkv,
+                                 &l->ssm_z,
+                                 &l->ssm_beta,
+                                 &l->ssm_alpha,
+                                 &l->ssm_out,
+                                 &l->shexp_gate,
+                                 &l->shexp_up,
+                                 &l->shexp_down,
+                                 &l->shexp_gate_inp};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
             if ((st = plan_one(p, m, mats[i], NULL, err)))
                 return st;

@@ -10,9 +10,9 @@
 #include "core/error.h"
 #include "model/loader.h"
 
-#define MAX_SSM_DIM 4096
+#define MAX_SSM_DIM   4096
 #define MAX_SSM_HEADS 1024
-#define MAX_CONV 64
+#define MAX_CONV      64
 
 /* The Gated DeltaNet and rope keys, checked against each other. */
 static fx_status read_hybrid_hparams(struct fx_loader *ld) {
@@ -108,10 +108,13 @@ static fx_status load_gated_attention(struct fx_loader *ld, int il) {
     int64_t k_dim = (int64_t)hp->n_head_kv * hd, v_dim = (int64_t)hp->n_head_kv * hp->head_dim_v;
     int64_t o_dim = (int64_t)hp->n_head * hp->head_dim_v;
     l->attn_out_gate = true;
+    if (hp->head_dim != hp->head_dim_v) /* the gate of a head multiplies its output */
+        return fx_error_set(ld->err, FX_ERR_FORMAT, FX_NO_OFFSET,
+                            "%s: attention.key_length %d differs from value_length %d", ld->m->arch,
+                            hp->head_dim, hp->head_dim_v);
     fx_status st;
     if ((st = fx_ld_vec(ld, il, "attn_norm.weight", e, 1, FX_LD_REQUIRED, &l->attn_norm)) ||
-        (st = fx_ld_mat(ld, il, "attn_q.weight", e, 2 * hp->n_head * hd, FX_LD_REQUIRED,
-                        &l->wq)) ||
+        (st = fx_ld_mat(ld, il, "attn_q.weight", e, 2 * hp->n_head * hd, FX_LD_REQUIRED, &l->wq)) ||
         (st = fx_ld_mat(ld, il, "attn_k.weight", e, k_dim, FX_LD_REQUIRED, &l->wk)) ||
         (st = fx_ld_mat(ld, il, "attn_v.weight", e, v_dim, FX_LD_REQUIRED, &l->wv)) ||
         (st = fx_ld_mat(ld, il, "attn_output.weight", o_dim, e, FX_LD_REQUIRED, &l->wo)) ||
