@@ -26,7 +26,7 @@ static void check_hybrid(const struct fx_model *m, const char *arch) {
     assert_int_equal(hp->n_layer, 4); /* block_count 5 less the MTP block */
     assert_int_equal(hp->n_nextn, 1);
     assert_int_equal(hp->n_layer_rec, 3);
-    assert_int_equal(hp->n_layer_kv, 1);
+    assert_int_equal(hp->n_layer_kv, 2); /* layer 3 and the MTP block */
     assert_int_equal(hp->n_head, 4);
     assert_int_equal(hp->n_head_kv, 2);
     assert_int_equal(hp->head_dim, 64);
@@ -63,6 +63,7 @@ static void check_hybrid(const struct fx_model *m, const char *arch) {
     assert_non_null(m->mtp);
     assert_non_null(m->layers[4].attn_norm);
     assert_true(m->layers[4].attn_out_gate);
+    assert_int_equal(m->layers[4].kv_il, 1);
     assert_int_equal(m->mtp[0].eh_proj.ne0, 256);
     assert_non_null(m->mtp[0].enorm);
     assert_non_null(m->mtp[0].hnorm);

@@ -82,7 +82,7 @@ static void note_input(const struct fx_kernels *k, const struct fx_mat *w, uint6
 struct layout {
     uint64_t x, xn, q, k, v, att, h, qg, gate, up, attn_state, kv_tile, att_start;
     uint64_t act[FX_TYPE_COUNT];
-    uint64_t rqkv, rconv, rz, rbeta, rdecay, ry, shexp;
+    uint64_t rqkv, rconv, rz, rbeta, rdecay, ry, shexp, mtp_in;
     uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
 };
@@ -101,7 +101,7 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     if ((uint64_t)hp->n_ff_shexp > ff)
         ff = (uint64_t)hp->n_ff_shexp;
     bool gated = false;
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++)
         gated = gated || m->layers[il].attn_out_gate;
     uint64_t rec = hp->n_layer_rec > 0 ? nb : 0; /* rows of the Gated DeltaNet buffers */
     uint64_t key_dim = (uint64_t)hp->ssm_d_state * (uint64_t)hp->n_ssm_k_heads;
@@ -122,6 +122,7 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->rdecay = reserve(p, rec * (uint64_t)hp->n_ssm_v_heads, f4);
     o->ry = reserve(p, rec * value_dim, f4);
     o->shexp = reserve(p, hp->n_ff_shexp > 0 ? nb : 0, f4);
+    o->mtp_in = reserve(p, hp->n_nextn > 0 ? nb * 2 * e : 0, f4);
     o->gate = reserve(p, nf * ff, f4);
     o->up = reserve(p, nf * ff, f4);
     o->attn_state = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->attn_state_per_worker, f4);
@@ -133,12 +134,16 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
      * enough for its widest input. */
     uint64_t widest[FX_TYPE_COUNT] = {0}, widest_w[FX_TYPE_COUNT] = {0};
     const struct fx_mat *mats[24];
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
         int n = model_mats(m, il, mats);
         for (int i = 0; i < n; i++)
             note_input(ctx->k, mats[i], widest, widest_w);
     }
     note_input(ctx->k, &m->output, widest, widest_w);
+    for (int i = 0; i < hp->n_nextn; i++) {
+        note_input(ctx->k, &m->mtp[i].eh_proj, widest, widest_w);
+        note_input(ctx->k, &m->mtp[i].head, widest, widest_w);
+    }
     for (int t = 0; t < FX_TYPE_COUNT; t++) {
         uint64_t row = 0;
         o->act[t] = UINT64_MAX;
@@ -293,6 +298,7 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->rdecay = (float *)(base + o.rdecay);
     s->ry = (float *)(base + o.ry);
     s->shexp = (float *)(base + o.shexp);
+    s->mtp_in = (float *)(base + o.mtp_in);
     s->gate = (float *)(base + o.gate);
     s->up = (float *)(base + o.up);
     s->attn_state = (float *)(base + o.attn_state);
@@ -340,6 +346,10 @@ int32_t fx_context_n_ctx(const struct fx_context *ctx) {
 
 int32_t fx_context_kv_len(const struct fx_context *ctx) {
     return ctx->kv.n_filled;
+}
+
+int32_t fx_context_mtp_len(const struct fx_context *ctx) {
+    return ctx->mtp_len;
 }
 
 fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err) {

@@ -70,6 +70,7 @@ struct fx_scratch {
     float *rdecay; /* [n_batch][n_v_heads] alpha logits, then the decay exp(g) */
     float *ry;     /* [n_batch][value_dim] the heads' gated outputs */
     float *shexp;  /* [n_batch] the shared expert's gate logit (mixtures with one) */
+    float *mtp_in; /* [n_batch][2 n_embd] the MTP head's normed [embedding | hidden] rows */
     /* Rope (cos, sin) per position: [n_ctx][n_rot / 2][2] for global layers ([0]) and
      * sliding-window layers ([1], the same table when their rope does not differ). */
     const float *rope[2];
@@ -84,6 +85,7 @@ struct fx_context {
     int64_t kv_tile_dim;           /* max(head_dim, head_dim_v) */
     struct fx_kv_contig kv;        /* unallocated (n_filled 0, no rows) when paged_only */
     struct fx_rstate rs;           /* the contiguous sequence's recurrent state (hybrid models) */
+    int32_t mtp_len;               /* positions of the MTP head's cache (its layers of kv) */
     bool paged_only;
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */
@@ -103,6 +105,9 @@ struct fx_fwd {
     const int8_t *marked; /* [n] nonzero for the rows that get logits (FX_LOGITS_MARKED) */
     float *logits;        /* [n][n_vocab] (ALL), [n_vocab] (LAST), [marked rows][n_vocab] */
     float *hidden;        /* [n][n_embd] final normed hidden states, or NULL */
+    /* [n][n_embd] the MTP head's hidden inputs: the call runs MTP block 0 over the MTP cache
+     * instead of the trunk (fx_forward_mtp). NULL for the trunk. */
+    const float *hidden_in;
 };
 
 /* One chunk of at most n_batch rows of a call; every worker computes the same value. */
@@ -129,6 +134,10 @@ fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, 
 fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
                                const struct fx_batch *b, float *logits, struct fx_fwd *out,
                                struct fx_error *err);
+/* The MTP head over the context's MTP cache (pos0 at most its length): */
+fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
+                             int64_t n, int32_t pos0, float *logits, float *hidden,
+                             struct fx_fwd *out, struct fx_error *err);
 /* The forward body every worker runs (one fx_par_run). */
 void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache or the sequences are filled. */

@@ -90,7 +90,8 @@ static fx_status prefault(const struct fx_gguf *g, const struct fx_model_params 
 }
 
 /* Each attention layer's index in the KV caches and each recurrent layer's in the recurrent
- * state, so that neither reserves room for the other kind. */
+ * state, so that neither reserves room for the other kind. The MTP blocks keep K and V after
+ * the trunk's attention layers. */
 static void number_layers(struct fx_model *m) {
     int32_t n_kv = 0, n_rec = 0;
     for (int il = 0; il < m->hp.n_layer; il++) {
@@ -100,6 +101,8 @@ static void number_layers(struct fx_model *m) {
         else
             l->kv_il = n_kv++;
     }
+    for (int i = 0; i < m->hp.n_nextn; i++)
+        m->layers[m->hp.n_layer + i].kv_il = n_kv++;
     m->hp.n_layer_kv = n_kv;
     m->hp.n_layer_rec = n_rec;
 }
@@ -181,6 +184,10 @@ int32_t fx_model_n_embd(const struct fx_model *m) {
 
 int32_t fx_model_n_layer(const struct fx_model *m) {
     return m->hp.n_layer;
+}
+
+int32_t fx_model_n_nextn(const struct fx_model *m) {
+    return m->hp.n_nextn;
 }
 
 int32_t fx_model_n_ctx_train(const struct fx_model *m) {

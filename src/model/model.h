@@ -77,8 +77,8 @@ struct fx_hparams {
     int32_t ssm_d_state;                  /* S: size of a q, k and v head of those layers */
     int32_t n_ssm_k_heads, n_ssm_v_heads; /* HK, HV (HV a multiple of HK) */
     int32_t ssm_d_conv;                   /* taps of the causal conv over [q | k | v] */
-    int32_t n_layer_kv;                   /* layers that keep K and V (the attention ones) */
-    int32_t n_nextn;                      /* MTP blocks stored after the trunk's n_layer */
+    int32_t n_layer_kv; /* layers that keep K and V: the trunk's attention layers, then MTP's */
+    int32_t n_nextn;    /* MTP blocks stored after the trunk's n_layer */
 
     struct fx_rope_config rope;
 };

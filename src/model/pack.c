@@ -70,7 +70,7 @@ static fx_status plan_one(struct pack_plan *p, struct fx_model *m, struct fx_mat
  * shares its data with is only read by row lookups. */
 static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_error *err) {
     fx_status st;
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    for (int il = 0; il < m->hp.n_layer + m->hp.n_nextn; il++) {
         struct fx_layer *l = &m->layers[il];
         struct fx_mat *mats[] = {&l->wq,
                                  &l->wk,
@@ -96,6 +96,14 @@ static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_e
         for (size_t i = 0; i < 3; i++)
             if ((st = plan_one(p, m, NULL, stacks[i], err)))
                 return st;
+    }
+    for (int i = 0; i < m->hp.n_nextn; i++) {
+        struct fx_mtp *x = &m->mtp[i];
+        if ((st = plan_one(p, m, &x->eh_proj, NULL, err)))
+            return st;
+        /* A head of its own; the trunk's output is packed below and copied in after. */
+        if (x->head.data != m->output.data && (st = plan_one(p, m, &x->head, NULL, err)))
+            return st;
     }
     return plan_one(p, m, &m->output, NULL, err);
 }
@@ -149,6 +157,10 @@ fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_e
         if (t->x)
             t->x->packed_bytes = t->stride;
     }
+    /* MTP heads that share the trunk's output read its packed copy. */
+    for (int i = 0; i < m->hp.n_nextn; i++)
+        if (m->mtp[i].head.data == m->output.data)
+            m->mtp[i].head = m->output;
 done:
     fx_pool_free(pool);
     free(p.items);
