@@ -364,6 +364,11 @@ int32_t fx_model_n_embd(const struct fx_model *m);
 int32_t fx_model_n_layer(const struct fx_model *m);
 /* Multi-token-prediction blocks the model carries (0 for most). */
 int32_t fx_model_n_nextn(const struct fx_model *m);
+/* Whether a sequence of this model carries a recurrent state beside its KV rows (Qwen3.5's
+ * Gated DeltaNet layers). Such a sequence cannot be truncated, only kept whole or cleared, so
+ * what rolls a sequence back (speculation, a prefix shared with an earlier prompt) must start
+ * it again instead; ferrox does not yet pool, save or speculate on such sequences. */
+bool fx_model_has_recurrent_state(const struct fx_model *m);
 int32_t fx_model_n_ctx_train(const struct fx_model *m);
 uint64_t fx_model_n_params(const struct fx_model *m); /* elements of every tensor */
 uint64_t fx_model_size(const struct fx_model *m);     /* bytes of every tensor */

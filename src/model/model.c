@@ -190,6 +190,10 @@ int32_t fx_model_n_nextn(const struct fx_model *m) {
     return m->hp.n_nextn;
 }
 
+bool fx_model_has_recurrent_state(const struct fx_model *m) {
+    return m->hp.n_layer_rec > 0;
+}
+
 int32_t fx_model_n_ctx_train(const struct fx_model *m) {
     return m->hp.n_ctx_train;
 }
