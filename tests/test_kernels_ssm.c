@@ -103,22 +103,42 @@ FX_TEST(kernels_ssm_conv_step_matches_double) {
     }
 }
 
-/* The delta rule over a run of tokens against a double-precision recurrence of the same
- * definition, outputs and state, for head sizes around the vector widths (tails under masks).
- * q and k are L2-normed as the layer feeds them; the decays are in (0, 1). */
-FX_TEST(kernels_ssm_delta_step_matches_double) {
+/* Runs n_steps tokens of one head through delta_rows in calls of at most `len` rows that never
+ * cross a chunk boundary; out: [n_steps][d]. */
+static void run_delta(const struct fx_kernels *t, float *mem, const float *q, const float *k,
+                      const float *v, const float *g, const float *beta, int n_steps, int len,
+                      float *out, int64_t d) {
+    struct fx_delta_state st = fx_delta_state_at(mem, d);
+    float *work = malloc(sizeof(float) * (size_t)(FX_DELTA_CHUNK * 2 * d));
+    assert_non_null(work);
+    memset(st.m0, 0, sizeof(float) * (size_t)(d * d));
+    for (int p = 0, n; p < n_steps; p += n) {
+        int r0 = p % FX_DELTA_CHUNK;
+        n = len < FX_DELTA_CHUNK - r0 ? len : FX_DELTA_CHUNK - r0;
+        n = n < n_steps - p ? n : n_steps - p;
+        t->delta_rows(&st, r0, n, q + p * d, k + p * d, v + p * d, d, g + p, beta + p,
+                      (float)(1 / sqrt((double)d)), out + p * d, d, work, d);
+    }
+    free(work);
+}
+
+/* The chunked delta rule over 150 tokens (two chunk boundaries) against the recurrence of
+ * kernels.h in double, for head sizes around the vector widths; and the same bits whether the
+ * tokens come one per call, a chunk per call or in runs of 5 (calls never change a row's
+ * arithmetic). q and k are L2-normed as the layer feeds them; decays in (e^-1.2, 1). */
+FX_TEST(kernels_ssm_delta_rows_match_the_recurrence) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
     struct fx_test_rng rng = {1603};
-    const int64_t sizes[] = {1, 7, 16, 31, 32, 33, 128};
-    const int n_steps = 12;
+    const int64_t sizes[] = {1, 7, 16, 32, 33};
+    enum { N_STEPS = 150 };
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         int64_t d = sizes[si];
-        float *q = randn(&rng, n_steps * d, 1.0), *kk = randn(&rng, n_steps * d, 1.0);
-        float *v = randn(&rng, n_steps * d, 1.0);
-        float decay[12], beta[12];
-        for (int s = 0; s < n_steps; s++) {
-            decay[s] = (float)(0.3 + 0.7 * fx_test_rng_f64(&rng));
+        float *q = randn(&rng, N_STEPS * d, 1.0), *kk = randn(&rng, N_STEPS * d, 1.0);
+        float *v = randn(&rng, N_STEPS * d, 1.0);
+        float g[N_STEPS], beta[N_STEPS];
+        for (int s = 0; s < N_STEPS; s++) {
+            g[s] = (float)(-1.2 * fx_test_rng_f64(&rng));
             beta[s] = (float)fx_test_rng_f64(&rng);
             for (float *x = q; x; x = x == q ? kk : NULL) {
                 double sq = 0;
@@ -128,46 +148,47 @@ FX_TEST(kernels_ssm_delta_step_matches_double) {
                     x[s * d + i] = (float)(x[s * d + i] / sqrt(sq));
             }
         }
-        double *m = calloc((size_t)(d * d), sizeof(double)),
-               *want = malloc(sizeof(double) * (size_t)(n_steps * d));
+        double *m = calloc((size_t)(d * d), sizeof(double));
+        double *want = malloc(sizeof(double) * (size_t)(N_STEPS * d));
         assert_non_null(m);
         assert_non_null(want);
         double scale = 1 / sqrt((double)d);
-        for (int s = 0; s < n_steps; s++) /* m[i * d + j] = M[i][j] */
+        for (int s = 0; s < N_STEPS; s++) /* m[i * d + j] = M[i][j] */
             for (int64_t j = 0; j < d; j++) {
-                double mk = 0;
+                double mk = 0, decay = exp((double)g[s]);
                 for (int64_t i = 0; i < d; i++) {
-                    m[i * d + j] *= decay[s];
+                    m[i * d + j] *= decay;
                     mk += m[i * d + j] * kk[s * d + i];
                 }
-                double delta = (v[s * d + j] - mk) * beta[s], o = 0;
+                double u = (v[s * d + j] - mk) * beta[s], o = 0;
                 for (int64_t i = 0; i < d; i++) {
-                    m[i * d + j] += kk[s * d + i] * delta;
+                    m[i * d + j] += kk[s * d + i] * u;
                     o += m[i * d + j] * q[s * d + i];
                 }
                 want[s * d + j] = o * scale;
             }
+        size_t floats = (size_t)fx_delta_state_floats(d);
+        float *mem = malloc(sizeof(float) * floats), *mem2 = malloc(sizeof(float) * floats);
+        float *out = malloc(sizeof(float) * (size_t)(N_STEPS * d));
+        float *out2 = malloc(sizeof(float) * (size_t)(N_STEPS * d));
+        assert_true(mem && mem2 && out && out2);
         for (int k = 0; k < n_tables; k++) {
-            float *mem = calloc((size_t)(d * d + 1), sizeof(float)),
-                  *out = malloc(sizeof(float) * 129);
-            assert_non_null(mem);
-            assert_non_null(out);
-            float *st = mem + 1; /* unaligned */
-            for (int s = 0; s < n_steps; s++) {
-                tables[k]->delta_step(st, q + s * d, kk + s * d, v + s * d, decay[s], beta[s],
-                                      (float)scale, out + 1, d);
-                for (int64_t j = 0; j < d; j++)
-                    check_close("delta_step", tables[k]->name, s * d + j, out[1 + j],
-                                want[s * d + j], 1e-5 * (1 + fabs(want[s * d + j])));
+            const struct fx_kernels *t = tables[k];
+            run_delta(t, mem, q, kk, v, g, beta, N_STEPS, FX_DELTA_CHUNK, out, d);
+            for (int64_t i = 0; i < N_STEPS * d; i++)
+                check_close("delta_rows", t->name, i, out[i], want[i], 2e-5 * (1 + fabs(want[i])));
+            /* The state at the last boundary (position 128) is M after 128 tokens, which the
+             * rows since then do not change. */
+            for (int len = 1; len <= 5; len += 4) {
+                run_delta(t, mem2, q, kk, v, g, beta, N_STEPS, len, out2, d);
+                assert_memory_equal(out2, out, sizeof(float) * (size_t)(N_STEPS * d));
+                assert_memory_equal(mem2, mem, sizeof(float) * floats);
             }
-            /* The state itself: column j of M is row j of the kernel's layout. */
-            for (int64_t j = 0; j < d; j++)
-                for (int64_t i = 0; i < d; i++)
-                    check_close("delta_step state", tables[k]->name, j * d + i, st[j * d + i],
-                                m[i * d + j], 1e-5 * (1 + fabs(m[i * d + j])));
-            free(mem);
-            free(out);
         }
+        free(mem);
+        free(mem2);
+        free(out);
+        free(out2);
         free(m);
         free(want);
         free(q);

@@ -243,3 +243,41 @@ FX_TEST(qwen35_sequence_rules) {
     fx_context_free(ref);
     fx_model_free(m);
 }
+
+/* Past the fixtures' 42 positions: 150 tokens cross two delta-rule chunks (FX_DELTA_CHUNK 64),
+ * whose ends fold the chunk into the state. One batch, one token at a time, chunks of 7 rows
+ * and calls split at 70 give the same bits in every row. */
+FX_TEST(qwen35_long_sequence_paths_agree) {
+    struct fx_model *m;
+    struct fx_error err;
+    const char *path = fx_test_fixture("qwen35/models/qwen35moe-tiny.F32.gguf");
+    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
+        fail_msg("%s: %s", path, err.msg);
+    enum { N = 150, NV = 512 };
+    fx_token toks[N];
+    struct fx_test_rng rng = {1604};
+    toks[0] = 1;
+    for (int i = 1; i < N; i++)
+        toks[i] = 3 + (fx_token)(fx_test_rng_u64(&rng) % (NV - 3));
+    size_t bytes = sizeof(float) * N * NV;
+    float *batch = malloc(bytes), *other = malloc(bytes);
+    assert_non_null(batch);
+    assert_non_null(other);
+    struct fx_context *ctx = make_ctx(m, 512), *small = make_ctx(m, 7);
+    assert_int_equal(fx_forward_batch(ctx, toks, N, 0, batch, &err), FX_OK);
+    assert_int_equal(fx_forward_batch(small, toks, N, 0, other, &err), FX_OK);
+    assert_memory_equal(other, batch, bytes);
+    memset(other, 0, bytes);
+    for (int p = 0; p < N; p++)
+        assert_int_equal(fx_forward_token(small, toks[p], p, other + (size_t)p * NV, &err), FX_OK);
+    assert_memory_equal(other, batch, bytes);
+    memset(other, 0, bytes);
+    assert_int_equal(fx_forward_batch(ctx, toks, 70, 0, other, &err), FX_OK);
+    assert_int_equal(fx_forward_batch(ctx, toks + 70, N - 70, 70, other + 70 * NV, &err), FX_OK);
+    assert_memory_equal(other, batch, bytes);
+    free(batch);
+    free(other);
+    fx_context_free(ctx);
+    fx_context_free(small);
+    fx_model_free(m);
+}

@@ -82,7 +82,7 @@ static void note_input(const struct fx_kernels *k, const struct fx_mat *w, uint6
 struct layout {
     uint64_t x, xn, q, k, v, att, h, qg, gate, up, attn_state, kv_tile, att_start;
     uint64_t act[FX_TYPE_COUNT];
-    uint64_t rqkv, rconv, rz, rbeta, rdecay, ry, shexp, mtp_in;
+    uint64_t rqkv, rconv, rz, rbeta, rg, rwork, ry, shexp, mtp_in;
     uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
 };
@@ -119,7 +119,9 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->rconv = reserve(p, rec * conv_dim, f4);
     o->rz = reserve(p, rec * value_dim, f4);
     o->rbeta = reserve(p, rec * (uint64_t)hp->n_ssm_v_heads, f4);
-    o->rdecay = reserve(p, rec * (uint64_t)hp->n_ssm_v_heads, f4);
+    o->rg = reserve(p, rec * (uint64_t)hp->n_ssm_v_heads, f4);
+    o->rwork = reserve(
+        p, rec ? (uint64_t)n_threads * FX_DELTA_CHUNK * 2 * (uint64_t)hp->ssm_d_state : 0, f4);
     o->ry = reserve(p, rec * value_dim, f4);
     o->shexp = reserve(p, hp->n_ff_shexp > 0 ? nb : 0, f4);
     o->mtp_in = reserve(p, hp->n_nextn > 0 ? nb * 2 * e : 0, f4);
@@ -252,7 +254,7 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
     st = fx_rstate_init(&ctx->rs, p.paged_only ? 0 : hp->n_layer_rec,
                         (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1),
-                        value_dim * hp->ssm_d_state, err);
+                        hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state), err);
     if (st)
         goto fail;
     st = fx_kv_contig_init(&ctx->kv, hp->n_layer_kv, p.paged_only ? 0 : p.n_ctx, hp->n_head_kv,
@@ -295,7 +297,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->rconv = (float *)(base + o.rconv);
     s->rz = (float *)(base + o.rz);
     s->rbeta = (float *)(base + o.rbeta);
-    s->rdecay = (float *)(base + o.rdecay);
+    s->rg = (float *)(base + o.rg);
+    s->rwork = (float *)(base + o.rwork);
     s->ry = (float *)(base + o.ry);
     s->shexp = (float *)(base + o.shexp);
     s->mtp_in = (float *)(base + o.mtp_in);

@@ -67,7 +67,8 @@ struct fx_scratch {
     float *rconv;  /* [n_batch][conv_dim] silu(conv), then with q and k L2-normed per head */
     float *rz;     /* [n_batch][value_dim] output gate */
     float *rbeta;  /* [n_batch][n_v_heads] beta logits, then sigmoid(beta) */
-    float *rdecay; /* [n_batch][n_v_heads] alpha logits, then the decay exp(g) */
+    float *rg;     /* [n_batch][n_v_heads] alpha logits, then the log decay g */
+    float *rwork;  /* [n_threads][FX_DELTA_CHUNK][2 d_state] each worker's delta_rows work */
     float *ry;     /* [n_batch][value_dim] the heads' gated outputs */
     float *shexp;  /* [n_batch] the shared expert's gate logit (mixtures with one) */
     float *mtp_in; /* [n_batch][2 n_embd] the MTP head's normed [embedding | hidden] rows */

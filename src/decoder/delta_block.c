@@ -5,15 +5,17 @@
  *   c = silu(causal depthwise conv of qkv over the sequence's last d_conv inputs)
  *   q, k = the first two key_dim of c, L2-normed per head of S; v = the last value_dim
  *   per V head h (its q/k head h % HK):   beta = sigmoid(b_h)
- *     decay = exp(softplus(a_h + dt_b_h) * ssm_a_h)
- *     M_h = decay M_h;  M_h += k (beta (v_h - M_h^T k))^T;  o_h = M_h^T q / sqrt(S)
+ *     g = softplus(a_h + dt_b_h) * ssm_a_h                    (log decay, <= 0)
+ *     M_h = e^g M_h;  M_h += k (beta (v_h - M_h^T k))^T;  o_h = M_h^T q / sqrt(S)
  *     y_h = rms_norm(o_h) * ssm_norm * silu(z_h)
  *   h = y Wout^T, x += h
  *
- * The conv window and M are the sequence's recurrent state (kv/recurrent.h), read and written in
- * place; a row at position 0 starts its sequence from zeros. A row's arithmetic does not depend
- * on how the sequence's rows are split into calls: batched prefill and token-by-token decode
- * give the same bits. */
+ * The delta rule runs in the chunked form of kernels.h (struct fx_delta_state): a call's rows of
+ * one chunk read the chunk's starting matrix in one matmul-shaped pass, and only a chunk's end
+ * writes it. Chunks are cut at fixed positions, so a row's arithmetic does not depend on how the
+ * sequence's rows are split into calls: batched prefill and token-by-token decode give the same
+ * bits. The conv window and the delta-rule states are the sequence's recurrent state
+ * (kv/recurrent.h), read and written in place; a row at position 0 starts from zeros. */
 #include <math.h>
 #include <string.h>
 
@@ -46,8 +48,8 @@ static void conv_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     }
 }
 
-/* For this worker's rows: q and k L2-normed per head (in rconv), beta = sigmoid(b) and the decay
- * of each V head. */
+/* For this worker's rows: q and k L2-normed per head (in rconv), beta = sigmoid(b) and the log
+ * decay of each V head. */
 static void gates_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
                             const struct fx_layer *l, int64_t conv_dim) {
     const struct fx_context *ctx = c->f->ctx;
@@ -61,17 +63,18 @@ static void gates_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         float *qk = s->rconv + i * conv_dim; /* 2 HK heads: the q heads, then the k heads */
         for (int64_t h = 0; h < 2 * hp->n_ssm_k_heads; h++)
             k->l2_norm(qk + h * d, qk + h * d, d, hp->rms_eps);
-        float *beta = s->rbeta + i * hv, *decay = s->rdecay + i * hv;
+        float *beta = s->rbeta + i * hv, *g = s->rg + i * hv;
         k->act[FX_ACT_SIGMOID](beta, beta, hv);
         for (int64_t h = 0; h < hv; h++)
-            decay[h] = expf(softplus(decay[h] + l->ssm_dt_b[h]) * l->ssm_a[h]);
+            g[h] = softplus(g[h] + l->ssm_dt_b[h]) * l->ssm_a[h];
     }
 }
 
-/* V head hv over the chunk's rows in order: the delta rule on its state, then the gated norm of
- * its output into ry. */
+/* V head hv over the chunk's rows, a run of rows of one delta-rule chunk at a time: the delta
+ * rule on its state, then the gated norm of its output into ry. work: the worker's
+ * [FX_DELTA_CHUNK][2 d] floats. */
 static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hv,
-                      int64_t conv_dim) {
+                      int64_t conv_dim, float *work) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
@@ -80,16 +83,28 @@ static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_
     int64_t key_dim = d * hp->n_ssm_k_heads, value_dim = d * n_hv;
     int64_t hk = hv % hp->n_ssm_k_heads; /* GGUF tiles the V heads over the K heads */
     float scale = 1.0f / sqrtf((float)d);
-    for (int64_t i = 0; i < c->n; i++) {
-        float *m = fx_rstate_ssm(fx_kv_step_rstate(&c->kv, i), l->rec_il) + hv * d * d;
-        if (fx_kv_step_pos(&c->kv, i) == 0)
-            memset(m, 0, (size_t)(d * d) * sizeof(float));
+    for (int64_t i = 0, n; i < c->n; i += n) {
+        int32_t pos = fx_kv_step_pos(&c->kv, i), r0 = pos % FX_DELTA_CHUNK;
+        n = FX_DELTA_CHUNK - r0 < c->n - i ? FX_DELTA_CHUNK - r0 : c->n - i;
+        float *mem =
+            fx_rstate_ssm(fx_kv_step_rstate(&c->kv, i), l->rec_il) + hv * fx_delta_state_floats(d);
+        struct fx_delta_state st = fx_delta_state_at(mem, d);
+        if (pos == 0) /* the chunk's rows so far are none; only the matrix needs zeros */
+            memset(st.m0, 0, (size_t)(d * d) * sizeof(float));
+        float g[FX_DELTA_CHUNK], beta[FX_DELTA_CHUNK];
+        for (int64_t r = 0; r < n; r++) {
+            g[r] = s->rg[(i + r) * n_hv + hv];
+            beta[r] = s->rbeta[(i + r) * n_hv + hv];
+        }
         const float *row = s->rconv + i * conv_dim;
         float *y = s->ry + i * value_dim + hv * d;
-        k->delta_step(m, row + hk * d, row + key_dim + hk * d, row + 2 * key_dim + hv * d,
-                      s->rdecay[i * n_hv + hv], s->rbeta[i * n_hv + hv], scale, y, d);
-        k->rms_norm(y, y, l->ssm_norm, d, hp->rms_eps);
-        k->glu[FX_ACT_SILU](y, s->rz + i * value_dim + hv * d, y, d);
+        k->delta_rows(&st, r0, (int32_t)n, row + hk * d, row + key_dim + hk * d,
+                      row + 2 * key_dim + hv * d, conv_dim, g, beta, scale, y, value_dim, work, d);
+        for (int64_t r = 0; r < n; r++) {
+            float *yr = y + r * value_dim;
+            k->rms_norm(yr, yr, l->ssm_norm, d, hp->rms_eps);
+            k->glu[FX_ACT_SILU](yr, s->rz + (i + r) * value_dim + hv * d, yr, d);
+        }
     }
 }
 
@@ -103,7 +118,7 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
     int64_t conv_dim = 2 * (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads + value_dim;
 
     const struct fx_mat *in[4] = {&l->ssm_qkv, &l->ssm_z, &l->ssm_beta, &l->ssm_alpha};
-    float *in_out[4] = {s->rqkv, s->rz, s->rbeta, s->rdecay};
+    float *in_out[4] = {s->rqkv, s->rz, s->rbeta, s->rg};
     fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 4, in);
     fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
     fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 4, in, in_out);
@@ -115,8 +130,9 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
     fx_dec_dump(w, c, "conv", il, s->rconv, n, conv_dim);
 
     /* The V heads are independent; each worker claims whole heads. */
+    float *work = s->rwork + (int64_t)w->ith * FX_DELTA_CHUNK * 2 * hp->ssm_d_state;
     for (int64_t hv; fx_par_claim(w, hp->n_ssm_v_heads, &hv);)
-        head_rows(c, l, hv, conv_dim);
+        head_rows(c, l, hv, conv_dim, work);
     fx_par_barrier(w);
     fx_dec_dump(w, c, "ssm_y", il, s->ry, n, value_dim);
 

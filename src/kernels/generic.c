@@ -67,7 +67,7 @@ const struct fx_kernels fx_kernels_generic = {
     .argmax = fx_argmax_generic,
     .l2_norm = fx_l2_norm_generic,
     .conv_step = fx_conv_step_generic,
-    .delta_step = fx_delta_step_generic,
+    .delta_rows = fx_delta_rows_generic,
 };
 
 /* Loops the table's vec_dot over a share: weight row r against every activation row, so the

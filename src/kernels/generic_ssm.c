@@ -1,7 +1,8 @@
 /* Reference kernels of the Gated DeltaNet layers (qwen35): the sigmoid gates, the L2 norm of q
- * and k, the causal conv step and the delta-rule step. They compute what llama.cpp's CPU backend
- * computes (ggml's l2_norm keeps its sum of squares in double; the conv sums its taps oldest
- * first), in plain C. */
+ * and k, the causal conv step and the chunked delta rule (kernels.h). The first three compute
+ * what llama.cpp's CPU backend computes (ggml's l2_norm keeps its sum of squares in double; the
+ * conv sums its taps oldest first); the delta rule is its recurrence in the chunked form, the
+ * same values in another rounding. */
 #include <math.h>
 #include <string.h>
 
@@ -48,21 +49,65 @@ void fx_conv_step_generic(float *out, float *win, const float *x, const float *w
     }
 }
 
-void fx_delta_step_generic(float *state, const float *q, const float *k, const float *v,
-                           float decay, float beta, float scale, float *out, int64_t d) {
+static float dot(const float *a, const float *b, int64_t n) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++)
+        sum += a[i] * b[i];
+    return sum;
+}
+
+/* y += a * x */
+static void axpy(float *y, const float *x, float a, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* The chunk's rows folded into M0 (kernels.h): M0 <- e^G_last M0 + sum_s e^(G_last - G_s) k_s
+ * u_s^T, column by column. */
+static void fold_chunk(const struct fx_delta_state *st, int64_t d) {
+    float g_last = st->gs[FX_DELTA_CHUNK - 1], decay = expf(g_last);
     for (int64_t j = 0; j < d; j++) {
-        float *m = state + j * d; /* column j of M: M[i][j] for every key index i */
-        float mk = 0.0f;
-        for (int64_t i = 0; i < d; i++) {
+        float *m = st->m0 + j * d;
+        for (int64_t i = 0; i < d; i++)
             m[i] *= decay;
-            mk += m[i] * k[i];
+        for (int32_t s = 0; s < FX_DELTA_CHUNK; s++)
+            axpy(m, st->ks + s * d, expf(g_last - st->gs[s]) * st->us[s * d + j], d);
+    }
+}
+
+void fx_delta_rows_generic(const struct fx_delta_state *st, int32_t r0, int32_t n, const float *q,
+                           const float *k, const float *v, int64_t in_stride, const float *g,
+                           const float *beta, float scale, float *out, int64_t out_stride,
+                           float *work, int64_t d) {
+    /* work[r] = [M0^T k_r | M0^T q_r]: each column of M0 read once for every row. */
+    for (int64_t j = 0; j < d; j++) {
+        const float *m = st->m0 + j * d;
+        for (int32_t r = 0; r < n; r++) {
+            work[r * 2 * d + j] = dot(m, k + r * in_stride, d);
+            work[r * 2 * d + d + j] = dot(m, q + r * in_stride, d);
         }
-        float delta = (v[j] - mk) * beta;
-        float mq = 0.0f;
-        for (int64_t i = 0; i < d; i++) {
-            m[i] += k[i] * delta;
-            mq += m[i] * q[i];
-        }
-        out[j] = mq * scale;
+    }
+    for (int32_t r = 0; r < n; r++) {
+        int32_t c = r0 + r; /* the row's place in the chunk */
+        const float *kr = k + r * in_stride, *qr = q + r * in_stride, *vr = v + r * in_stride;
+        const float *mk = work + r * 2 * d, *mq = mk + d;
+        float gc = (c == 0 ? 0.0f : st->gs[c - 1]) + g[r], e = expf(gc);
+        float *u = st->us + c * d, *o = out + r * out_stride;
+        for (int64_t j = 0; j < d; j++)
+            u[j] = vr[j] - e * mk[j];
+        for (int32_t s = 0; s < c; s++)
+            axpy(u, st->us + s * d, -(dot(kr, st->ks + s * d, d) * expf(gc - st->gs[s])), d);
+        for (int64_t j = 0; j < d; j++)
+            u[j] *= beta[r];
+        memcpy(st->ks + c * d, kr, (size_t)d * sizeof(float));
+        st->gs[c] = gc;
+        for (int64_t j = 0; j < d; j++)
+            o[j] = e * mq[j];
+        for (int32_t s = 0; s <= c; s++)
+            axpy(o, st->us + s * d, dot(qr, st->ks + s * d, d) * expf(gc - st->gs[s]), d);
+        for (int64_t j = 0; j < d; j++)
+            o[j] *= scale;
+        if (c == FX_DELTA_CHUNK - 1)
+            fold_chunk(st, d);
     }
 }

@@ -13,7 +13,6 @@
 #include "kernels/x86_avx512.h"
 
 #include "kernels/x86_avx512_attn.h"
-#include "kernels/x86_avx512_ssm.h"
 
 #include "kernels/float_entry.h"
 #include "kernels/generic.h"
@@ -168,7 +167,6 @@ const struct fx_kernels fx_kernels_avx512_part = {
     .attn_run = fx_attn_run_avx512,
     .kv_store = fx_avx512_kv_store,
     .kv_load = fx_avx512_kv_load,
-    .delta_step = fx_avx512_delta_step,
 };
 
 #endif
