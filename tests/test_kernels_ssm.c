@@ -1,7 +1,7 @@
 /* kernels/: the Gated DeltaNet operations (sigmoid and its gated product, L2 norm, the causal
- * conv step, the delta-rule step) in every table this CPU runs, against double-precision
- * references written from their definitions in kernels.h, on awkward sizes and unaligned
- * pointers. */
+ * conv step, the chunked delta rule) in every table this CPU runs, against double-precision
+ * references written from their definitions in kernels.h, on awkward sizes (and unaligned rows
+ * for the row operations). */
 #include "fx_test.h"
 
 #include <math.h>

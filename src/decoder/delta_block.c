@@ -1,4 +1,4 @@
-/* The Gated DeltaNet block (qwen35's linear attention), one token after another per sequence:
+/* The Gated DeltaNet block (qwen35's linear attention), per sequence in position order:
  *
  *   xn = rms_norm(x) * attn_norm
  *   qkv = xn Wqkv^T, z = xn Wz^T, b = xn Wbeta^T, a = xn Walpha^T
