@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/par.h"
 #include "ferrox.h"
 
 #define MAX_IDS 64
@@ -175,7 +176,8 @@ FX_TEST(qwen35_mtp_golden_moe_f32) {
     check_mtp("qwen35moe-tiny.F32.P1");
 }
 
-/* A model without an MTP head refuses the call; the MTP cache continues at its end or earlier. */
+/* A model without an MTP head refuses the call; the MTP cache continues at its end or earlier;
+ * each call enters the worker pool once. */
 FX_TEST(qwen35_mtp_refusals) {
     struct fx_model *m;
     struct fx_error err;
@@ -198,9 +200,15 @@ FX_TEST(qwen35_mtp_refusals) {
     assert_int_equal(fx_forward_mtp(ctx, &t, h, 1, 1, out, NULL, &err), FX_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "MTP position 1 is not in 0..0"));
     assert_int_equal(fx_forward_mtp(ctx, &t, NULL, 1, 0, out, NULL, &err), FX_ERR_INVALID_ARG);
+    /* One pool entry per call, the trunk's (recurrent layers included) and the head's alike. */
+    uint64_t before = fx_par_cold_entries();
     assert_int_equal(fx_forward_mtp(ctx, &t, h, 1, 0, out, NULL, &err), FX_OK);
-    /* The trunk's cache is untouched by the head's calls. */
-    assert_int_equal(fx_context_kv_len(ctx), 0);
+    assert_int_equal(fx_par_cold_entries(), before + 1);
+    fx_token p[3] = {1, 403, 407};
+    assert_int_equal(fx_forward_batch_last(ctx, p, 3, 0, out, &err), FX_OK);
+    assert_int_equal(fx_par_cold_entries(), before + 2);
+    /* Each cache is moved by its own calls only. */
+    assert_int_equal(fx_context_kv_len(ctx), 3);
     assert_int_equal(fx_context_mtp_len(ctx), 1);
     fx_context_free(ctx);
     fx_model_free(m);
