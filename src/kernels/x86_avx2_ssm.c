@@ -2,8 +2,7 @@
  * kernel's steps, each dot product and scaled add eight keys or values at a time with fused
  * multiply-adds (tails under masks). Every dot has one accumulation order whatever the number of
  * rows of the call, so a row gets the same bits alone or in a batch; the order differs from the
- * generic kernel's, so the tables agree within the kernel tests' tolerance. The AVX-512 table
- * inherits it: head sizes are 32 to 128 and the state of a head stays in L1/L2. */
+ * generic kernel's, so the tables agree within the kernel tests' tolerance. */
 #if defined(__x86_64__)
 
 #include <math.h>
