@@ -362,6 +362,13 @@ const char *fx_model_arch(const struct fx_model *m); /* "llama", "qwen3", ... */
 int32_t fx_model_n_vocab(const struct fx_model *m);
 int32_t fx_model_n_embd(const struct fx_model *m);
 int32_t fx_model_n_layer(const struct fx_model *m);
+/* Multi-token-prediction blocks the model carries (0 for most). */
+int32_t fx_model_n_nextn(const struct fx_model *m);
+/* Whether a sequence of this model carries a recurrent state beside its KV rows (Qwen3.5's
+ * Gated DeltaNet layers). Such a sequence cannot be truncated, only kept whole or cleared, so
+ * what rolls a sequence back (speculation, a prefix shared with an earlier prompt) must start
+ * it again instead; ferrox does not yet pool, save or speculate on such sequences. */
+bool fx_model_has_recurrent_state(const struct fx_model *m);
 int32_t fx_model_n_ctx_train(const struct fx_model *m);
 uint64_t fx_model_n_params(const struct fx_model *m); /* elements of every tensor */
 uint64_t fx_model_size(const struct fx_model *m);     /* bytes of every tensor */
@@ -428,6 +435,18 @@ fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, 
 /* Final normed hidden states only (embeddings); hidden: [n][n_embd]. */
 fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                   int32_t pos0, float *hidden, struct fx_error *err);
+/* The multi-token-prediction head of a model that has one (fx_model_n_nextn > 0; Qwen3.5's
+ * NextN block), as llama.cpp forms it: n rows at positions pos0..pos0+n-1 of the context's MTP
+ * cache, a cache of its own beside the trunk's (pos0 <= fx_context_mtp_len; rows after pos0 are
+ * dropped). Row i reads token tokens[i] and hidden_in[i] ([n][n_embd]): the trunk's final normed
+ * hidden state (fx_forward_batch_with_hidden) of the position before the token's, zeros before
+ * the first, or the head's own hidden_out of the previous draft. logits: [n][n_vocab], the
+ * prediction of the token after tokens[i]; hidden_out: [n][n_embd] or NULL. */
+fx_status fx_forward_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
+                         int32_t n, int32_t pos0, float *logits, float *hidden_out,
+                         struct fx_error *err);
+/* Positions currently held by the context's MTP cache. */
+int32_t fx_context_mtp_len(const struct fx_context *ctx);
 
 /* Saved state (llama.cpp's --prompt-cache and slot save): the keys and values of a sequence's
  * first n positions and their token ids in one file, with the identity of the model they were

@@ -251,6 +251,9 @@ static bool turn(struct chat *c) {
         keep++;
     if (keep == n_prompt) /* the last token is evaluated again for its logits */
         keep--;
+    /* A recurrent state is kept whole or recomputed from the start. */
+    if (fx_model_has_recurrent_state(fx_context_model(c->ctx)) && keep != fx_context_kv_len(c->ctx))
+        keep = 0;
     double t0 = fx_cli_now();
     if (fx_context_kv_truncate(c->ctx, keep, &err) != FX_OK ||
         fx_cli_gen_prefill(c->gen, ids + keep, n_prompt - keep, keep, &err) != FX_OK) {

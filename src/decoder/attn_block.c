@@ -2,10 +2,12 @@
  *
  *   xn = rms_norm(x) * attn_norm
  *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)
- *   q, k = per-head rms_norm (qwen3, gemma3), then rope at each row's position
+ *     (qwen35: xn Wq^T is [q | gate] per head, and q is taken out of it)
+ *   q, k = per-head rms_norm (qwen3, gemma3, qwen35), then rope at each row's position
  *   store k, v at the row's position (where: the struct fx_kv_step)
  *   per head: s_j = scale * q . k_j over the visible keys (causal, sliding window),
  *             softcap, softmax (+ sink), att = sum_j p_j v_j
+ *   att *= sigmoid(gate) per head (qwen35)
  *   h = att Wo^T (+bo), post-norm (gemma), x += h
  *
  * Attention is an online softmax over runs of keys cut at fixed absolute positions, so each
@@ -30,6 +32,10 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     fx_par_range(c->n, w->ith, w->nth, 1, &b, &e);
     for (int64_t i = b; i < e; i++) {
         float *q = ctx->s.q + i * q_dim, *kr = ctx->s.k + i * k_dim, *v = ctx->s.v + i * v_dim;
+        if (l->attn_out_gate) /* head h of qg's row is [q | gate] */
+            for (int h = 0; h < hp->n_head; h++)
+                memcpy(q + h * hd, ctx->s.qg + i * 2 * q_dim + h * 2 * hd,
+                       (size_t)hd * sizeof(float));
         if (l->bq) {
             k->add(q, q, l->bq, q_dim);
             k->add(kr, kr, l->bk, k_dim);
@@ -46,7 +52,7 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
         k->rope(q, hp->n_head, hd, hp->rope.n_rot, hp->rope.kind, cs);
         k->rope(kr, hp->n_head_kv, hd, hp->rope.n_rot, hp->rope.kind, cs);
         for (int g = 0; g < hp->n_head_kv; g++)
-            fx_kv_step_store(&c->kv, k, il, i, g, kr + g * hd, v + g * hp->head_dim_v);
+            fx_kv_step_store(&c->kv, k, l->kv_il, i, g, kr + g * hd, v + g * hp->head_dim_v);
     }
 }
 
@@ -63,6 +69,7 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
+    int kl = l->kv_il; /* the layer's place in the cache */
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
     int group = hp->n_head / hp->n_head_kv;
     struct fx_attn_state st;
@@ -86,13 +93,13 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
         if (n_keys == 0)
             continue;
         int64_t k_stride, v_stride;
-        const float *keys = fx_kv_step_keys(&c->kv, k, il, i0, g, t0, n_keys, tile, &k_stride);
-        const float *values = fx_kv_step_values(&c->kv, k, il, i0, g, t0, n_keys,
+        const float *keys = fx_kv_step_keys(&c->kv, k, kl, i0, g, t0, n_keys, tile, &k_stride);
+        const float *values = fx_kv_step_values(&c->kv, k, kl, i0, g, t0, n_keys,
                                                 tile + FX_ATTN_RUN * ctx->kv_tile_dim, &v_stride);
         /* The next run's rows come from memory while the kernel works on this one. */
         int32_t next = pos_max - (t0 + FX_ATTN_RUN) + 1;
         if (next > 0)
-            fx_kv_step_prefetch(&c->kv, il, i0, g, t0 + FX_ATTN_RUN,
+            fx_kv_step_prefetch(&c->kv, kl, i0, g, t0 + FX_ATTN_RUN,
                                 next < FX_ATTN_RUN ? next : FX_ATTN_RUN);
         k->attn_run(&st, first, last, keys, k_stride, values, v_stride, n_keys, hp->attn_scale,
                     hp->attn_softcap);
@@ -129,7 +136,7 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     int64_t att_dim = (int64_t)hp->n_head * hp->head_dim_v;
 
     const struct fx_mat *qkv[3] = {&l->wq, &l->wk, &l->wv};
-    float *qkv_out[3] = {s->q, s->k, s->v};
+    float *qkv_out[3] = {l->attn_out_gate ? s->qg : s->q, s->k, s->v};
     fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 3, qkv);
     fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
     fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 3, qkv, qkv_out);
@@ -144,11 +151,18 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     fx_par_barrier(w);
     fx_dec_dump(w, c, "attn_out", il, s->att, n, att_dim);
 
-    /* Heads of one row were written by several workers: quantize after the barrier. */
+    /* Heads of one row were written by several workers: gate and quantize after the barrier. */
     const struct fx_mat *wo[1] = {&l->wo};
     float *wo_out[1] = {s->h};
     int64_t b, e;
     fx_dec_own_rows(w, n, &b, &e);
+    if (l->attn_out_gate)
+        for (int64_t i = b; i < e; i++)
+            for (int h = 0; h < hp->n_head; h++) {
+                float *a = s->att + i * att_dim + (int64_t)h * hp->head_dim_v;
+                const float *gate = s->qg + (i * 2 * hp->n_head + 2 * h + 1) * hp->head_dim;
+                ctx->k->glu[FX_ACT_SIGMOID](a, gate, a, hp->head_dim_v);
+            }
     fx_dec_quantize_rows(ctx, s->att, b, e, att_dim, 1, wo);
     fx_par_barrier(w);
     fx_dec_matmuls_on_worker(w, ctx, s->att, n, att_dim, 1, wo, wo_out);

@@ -40,10 +40,26 @@ static uint64_t reserve(struct plan *p, uint64_t count, uint64_t size) {
 /* Every matrix a forward pass multiplies by (not the embedding table, which is only looked up). */
 static int model_mats(const struct fx_model *m, int il, const struct fx_mat **out) {
     const struct fx_layer *l = &m->layers[il];
-    const struct fx_mat *all[] = {&l->wq,          &l->wk,           &l->wv,
-                                  &l->wo,          &l->ffn_gate,     &l->ffn_up,
-                                  &l->ffn_down,    &l->router,       &l->gate_exps.per,
-                                  &l->up_exps.per, &l->down_exps.per};
+    const struct fx_mat *all[] = {&l->wq,
+                                  &l->wk,
+                                  &l->wv,
+                                  &l->wo,
+                                  &l->ffn_gate,
+                                  &l->ffn_up,
+                                  &l->ffn_down,
+                                  &l->router,
+                                  &l->gate_exps.per,
+                                  &l->up_exps.per,
+                                  &l->down_exps.per,
+                                  &l->ssm_qkv,
+                                  &l->ssm_z,
+                                  &l->ssm_beta,
+                                  &l->ssm_alpha,
+                                  &l->ssm_out,
+                                  &l->shexp_gate_inp,
+                                  &l->shexp_gate,
+                                  &l->shexp_up,
+                                  &l->shexp_down};
     int n = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]->data)
@@ -64,7 +80,9 @@ static void note_input(const struct fx_kernels *k, const struct fx_mat *w, uint6
 
 /* Offsets of every buffer in the arena, in the order they are planned. */
 struct layout {
-    uint64_t x, xn, q, k, v, att, h, gate, up, attn_state, kv_tile, att_start, act[FX_TYPE_COUNT];
+    uint64_t x, xn, q, k, v, att, h, qg, gate, up, attn_state, kv_tile, att_start;
+    uint64_t act[FX_TYPE_COUNT];
+    uint64_t rqkv, rconv, rz, rbeta, rg, rwork, ry, shexp, mtp_in;
     uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
 };
@@ -80,6 +98,15 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     uint64_t v_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v;
     uint64_t att_dim = (uint64_t)hp->n_head * (uint64_t)hp->head_dim_v;
     uint64_t ff = (uint64_t)(hp->n_ff > hp->n_ff_exp ? hp->n_ff : hp->n_ff_exp);
+    if ((uint64_t)hp->n_ff_shexp > ff)
+        ff = (uint64_t)hp->n_ff_shexp;
+    bool gated = false;
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++)
+        gated = gated || m->layers[il].attn_out_gate;
+    uint64_t rec = hp->n_layer_rec > 0 ? nb : 0; /* rows of the Gated DeltaNet buffers */
+    uint64_t key_dim = (uint64_t)hp->ssm_d_state * (uint64_t)hp->n_ssm_k_heads;
+    uint64_t value_dim = (uint64_t)hp->ssm_d_state * (uint64_t)hp->n_ssm_v_heads;
+    uint64_t conv_dim = 2 * key_dim + value_dim;
     o->x = reserve(p, nb * e, f4);
     o->xn = reserve(p, nb * e, f4);
     o->q = reserve(p, nb * q_dim, f4);
@@ -87,6 +114,17 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->v = reserve(p, nb * v_dim, f4);
     o->att = reserve(p, nb * att_dim, f4);
     o->h = reserve(p, nb * e, f4);
+    o->qg = reserve(p, gated ? nb * 2 * q_dim : 0, f4);
+    o->rqkv = reserve(p, rec * conv_dim, f4);
+    o->rconv = reserve(p, rec * conv_dim, f4);
+    o->rz = reserve(p, rec * value_dim, f4);
+    o->rbeta = reserve(p, rec * (uint64_t)hp->n_ssm_v_heads, f4);
+    o->rg = reserve(p, rec * (uint64_t)hp->n_ssm_v_heads, f4);
+    o->rwork = reserve(
+        p, rec ? (uint64_t)n_threads * FX_DELTA_CHUNK * 2 * (uint64_t)hp->ssm_d_state : 0, f4);
+    o->ry = reserve(p, rec * value_dim, f4);
+    o->shexp = reserve(p, hp->n_ff_shexp > 0 ? nb : 0, f4);
+    o->mtp_in = reserve(p, hp->n_nextn > 0 ? nb * 2 * e : 0, f4);
     o->gate = reserve(p, nf * ff, f4);
     o->up = reserve(p, nf * ff, f4);
     o->attn_state = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->attn_state_per_worker, f4);
@@ -97,13 +135,17 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
      * dotted in that format, and a metadata buffer per weight format that reads some, wide
      * enough for its widest input. */
     uint64_t widest[FX_TYPE_COUNT] = {0}, widest_w[FX_TYPE_COUNT] = {0};
-    const struct fx_mat *mats[16];
-    for (int il = 0; il < hp->n_layer; il++) {
+    const struct fx_mat *mats[24];
+    for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
         int n = model_mats(m, il, mats);
         for (int i = 0; i < n; i++)
             note_input(ctx->k, mats[i], widest, widest_w);
     }
     note_input(ctx->k, &m->output, widest, widest_w);
+    for (int i = 0; i < hp->n_nextn; i++) {
+        note_input(ctx->k, &m->mtp[i].eh_proj, widest, widest_w);
+        note_input(ctx->k, &m->mtp[i].head, widest, widest_w);
+    }
     for (int t = 0; t < FX_TYPE_COUNT; t++) {
         uint64_t row = 0;
         o->act[t] = UINT64_MAX;
@@ -132,6 +174,19 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->rope[1] = rope_swa_differs ? reserve(p, rope_floats, f4) : o->rope[0];
 }
 
+/* Interleaved multi-section rope (llama.cpp's IMROPE) turns pair i by the position component
+ * its sector selects: t, h and w take turns over the first 3 x sections[] sectors, the rest
+ * take the fourth. A text token's components are (p, p, p, 0), so those pairs do not turn; the
+ * others turn as plain rope. False for every pair of a model without sections. */
+static bool rope_pair_still(const int32_t *sec, int32_t i) {
+    int32_t sum = sec[0] + sec[1] + sec[2] + sec[3];
+    if (sum == 0)
+        return false;
+    int32_t s = i % sum;
+    return !((s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) ||
+             (s % 3 == 2 && s < 3 * sec[2]));
+}
+
 /* The (cos, sin) table of every position for one layer kind. */
 static void fill_rope(const struct fx_context *ctx, float *table, float base, float scale) {
     const struct fx_rope_config *r = &ctx->model->hp.rope;
@@ -146,8 +201,15 @@ static void fill_rope(const struct fx_context *ctx, float *table, float base, fl
         .n_ctx_orig = r->n_ctx_orig,
         .freq_factors = r->freq_factors,
     };
-    for (int32_t pos = 0; pos < ctx->n_ctx; pos++)
-        fx_rope_cache(&p, (float)pos, table + (int64_t)pos * r->n_rot);
+    for (int32_t pos = 0; pos < ctx->n_ctx; pos++) {
+        float *cs = table + (int64_t)pos * r->n_rot;
+        fx_rope_cache(&p, (float)pos, cs);
+        for (int32_t i = 0; i < r->n_rot / 2; i++)
+            if (rope_pair_still(r->sections, i)) {
+                cs[2 * i] = 1.0f;
+                cs[2 * i + 1] = 0.0f;
+            }
+    }
 }
 
 fx_status fx_context_create(const struct fx_model *m, const struct fx_context_params *params,
@@ -188,7 +250,14 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     fx_status st = fx_pool_create(p.n_threads, &ctx->pool, err);
     if (st)
         goto fail;
-    st = fx_kv_contig_init(&ctx->kv, hp->n_layer, p.paged_only ? 0 : p.n_ctx, hp->n_head_kv,
+    int64_t key_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads;
+    int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
+    st = fx_rstate_init(&ctx->rs, p.paged_only ? 0 : hp->n_layer_rec,
+                        (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1),
+                        hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state), err);
+    if (st)
+        goto fail;
+    st = fx_kv_contig_init(&ctx->kv, hp->n_layer_kv, p.paged_only ? 0 : p.n_ctx, hp->n_head_kv,
                            hp->head_dim, hp->head_dim_v, p.type_k, p.type_v, err);
     if (st)
         goto fail;
@@ -223,6 +292,16 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->v = (float *)(base + o.v);
     s->att = (float *)(base + o.att);
     s->h = (float *)(base + o.h);
+    s->qg = (float *)(base + o.qg);
+    s->rqkv = (float *)(base + o.rqkv);
+    s->rconv = (float *)(base + o.rconv);
+    s->rz = (float *)(base + o.rz);
+    s->rbeta = (float *)(base + o.rbeta);
+    s->rg = (float *)(base + o.rg);
+    s->rwork = (float *)(base + o.rwork);
+    s->ry = (float *)(base + o.ry);
+    s->shexp = (float *)(base + o.shexp);
+    s->mtp_in = (float *)(base + o.mtp_in);
     s->gate = (float *)(base + o.gate);
     s->up = (float *)(base + o.up);
     s->attn_state = (float *)(base + o.attn_state);
@@ -259,6 +338,7 @@ void fx_context_free(struct fx_context *ctx) {
         return;
     fx_pool_free(ctx->pool);
     fx_kv_contig_release(&ctx->kv);
+    fx_rstate_release(&ctx->rs);
     free(ctx->arena);
     free(ctx);
 }
@@ -271,10 +351,19 @@ int32_t fx_context_kv_len(const struct fx_context *ctx) {
     return ctx->kv.n_filled;
 }
 
+int32_t fx_context_mtp_len(const struct fx_context *ctx) {
+    return ctx->mtp_len;
+}
+
 fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err) {
     if (n < 0 || n > ctx->kv.n_filled)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot truncate a cache of %d positions to %d", ctx->kv.n_filled, n);
+    if (ctx->model->hp.n_layer_rec > 0 && n != 0 && n != ctx->kv.n_filled)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "cannot truncate a sequence of %d positions to %d: the recurrent "
+                            "state of %s can only be kept whole or cleared",
+                            ctx->kv.n_filled, n, ctx->model->arch);
     ctx->kv.n_filled = n;
     return FX_OK;
 }
@@ -287,6 +376,10 @@ fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *to
                                 const char *path, struct fx_error *err) {
     if (!ctx)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the context is NULL");
+    if (ctx->model->hp.n_layer_rec > 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "saving the state of a %s sequence (recurrent state) is not supported",
+                            ctx->model->arch);
     return fx_kv_contig_save(&ctx->kv, ctx->model, tokens, n, path, err);
 }
 
@@ -297,5 +390,10 @@ fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const 
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (paged_only)");
+    if (ctx->model->hp.n_layer_rec > 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "loading the state of a %s sequence (recurrent state) is not "
+                            "supported",
+                            ctx->model->arch);
     return fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
 }

@@ -1,6 +1,6 @@
 /* The forward body and the shared steps of every block. Read top to bottom, a forward call is:
- * embed the chunk's tokens, run each layer's attention and FFN (or MoE) block, then normalise
- * the rows that need output and project them to logits. */
+ * embed the chunk's tokens, run each layer's attention (or Gated DeltaNet) and FFN (or MoE) block,
+ * then normalise the rows that need output and project them to logits. */
 #include "decoder/decoder.h"
 
 #include <math.h>
@@ -126,6 +126,33 @@ static void embed_on_worker(const struct fx_worker *w, const struct fx_chunk *c)
     fx_dec_dump(w, c, "inp_embd", -1, ctx->s.x, c->n, dim);
 }
 
+/* The MTP head's input rows: x = eh_proj [rms(embedding of the token) * enorm |
+ * rms(hidden_in) * hnorm] (a zero hidden row stays zero). */
+static void mtp_input_on_worker(const struct fx_worker *w, const struct fx_chunk *c) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_model *m = ctx->model;
+    const struct fx_mtp *x = &m->mtp[0];
+    const struct fx_mat *e = &x->embed;
+    int64_t dim = m->hp.n_embd;
+    int64_t b, end;
+    fx_dec_own_rows(w, c->n, &b, &end);
+    for (int64_t i = b; i < end; i++) {
+        fx_token t = c->f->tokens[c->row0 + i];
+        float *emb = ctx->s.xn + i * dim, *in = ctx->s.mtp_in + i * 2 * dim;
+        ctx->k->types[e->type].to_float((const uint8_t *)e->data + (uint64_t)t * e->row_bytes, emb,
+                                        dim);
+        ctx->k->rms_norm(in, emb, x->enorm, dim, m->hp.rms_eps);
+        ctx->k->rms_norm(in + dim, c->f->hidden_in + (c->row0 + i) * dim, x->hnorm, dim,
+                         m->hp.rms_eps);
+    }
+    const struct fx_mat *ws[1] = {&x->eh_proj};
+    float *outs[1] = {ctx->s.x};
+    fx_dec_quantize_rows(ctx, ctx->s.mtp_in, b, end, 2 * dim, 1, ws);
+    fx_par_barrier(w);
+    fx_dec_matmuls_on_worker(w, ctx, ctx->s.mtp_in, c->n, 2 * dim, 1, ws, outs);
+    fx_dec_dump(w, c, "mtp_inp", -1, ctx->s.x, c->n, dim);
+}
+
 /* The rows of the chunk that produce output: all of them, the call's last row only, or (hidden
  * states only) all of them without logits. */
 static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c) {
@@ -134,6 +161,14 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     const struct fx_model *m = ctx->model;
     int64_t dim = m->hp.n_embd, n_vocab = m->hp.n_vocab;
     int64_t r0 = 0, nr = c->n;
+    /* The MTP head has its own final norm and vocabulary projection (the trunk's when the file
+     * shares them). */
+    const float *out_norm = m->output_norm;
+    const struct fx_mat *head = &m->output;
+    if (f->hidden_in) {
+        out_norm = m->mtp[0].head_norm ? m->mtp[0].head_norm : m->output_norm;
+        head = &m->mtp[0].head;
+    }
     const float *x = ctx->s.x;
     float *logits = f->logits + c->row0 * n_vocab;
     if (f->logits_rows == FX_LOGITS_LAST) {
@@ -166,9 +201,9 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         logits = f->logits + before * n_vocab;
     }
     float *xn = ctx->s.xn + r0 * dim;
-    const struct fx_mat *ws[1] = {&m->output};
+    const struct fx_mat *ws[1] = {head};
     int nw = f->logits_rows == FX_LOGITS_NONE ? 0 : 1;
-    fx_dec_norm_input_on_worker(w, ctx, xn, x + r0 * dim, m->output_norm, nr, dim, nw, ws);
+    fx_dec_norm_input_on_worker(w, ctx, xn, x + r0 * dim, out_norm, nr, dim, nw, ws);
     fx_dec_dump(w, c, "result_norm", -1, xn, nr, dim);
     if (f->hidden) {
         int64_t b, e;
@@ -219,9 +254,20 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
             .kv = fx_kv_step_from(&f->kv, row0),
         };
         c.n_att = attention_blocks(w, &c);
-        embed_on_worker(w, &c);
-        for (int il = 0; il < m->hp.n_layer; il++) {
-            fx_attn_block_on_worker(w, &c, il);
+        /* The trunk's layers, or the MTP head's block after them. */
+        int il0 = 0, il1 = m->hp.n_layer;
+        if (f->hidden_in) {
+            mtp_input_on_worker(w, &c);
+            il0 = m->hp.n_layer;
+            il1 = il0 + 1;
+        } else {
+            embed_on_worker(w, &c);
+        }
+        for (int il = il0; il < il1; il++) {
+            if (m->layers[il].recurrent)
+                fx_delta_block_on_worker(w, &c, il);
+            else
+                fx_attn_block_on_worker(w, &c, il);
             if (m->hp.n_expert > 0)
                 fx_moe_block_on_worker(w, &c, il);
             else

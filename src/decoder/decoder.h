@@ -34,6 +34,8 @@ struct fx_scratch {
     float *v;           /* [n_batch][n_head_kv * head_dim_v] this step's new values */
     float *att;         /* [n_batch][n_head * head_dim_v] attention output before its projection */
     float *h;           /* [n_batch][n_embd] a block's output before the residual add */
+    float *qg;          /* [n_batch][n_head][2][head_dim] Q with its output gate (gated
+                         * attention layers; NULL for models without them) */
     float *gate;        /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
     float *up;          /* [n_ffn_rows][n_ff_max] */
     float *attn_state;  /* [n_threads][attn_state_per_worker]: each worker's struct
@@ -60,6 +62,16 @@ struct fx_scratch {
     int32_t *expert_off;  /* [n_expert + 1] first grouped slot of each expert */
     float *xg;            /* [n_ffn_rows][n_embd] normed rows gathered by expert */
     float *yg;            /* [n_ffn_rows][n_embd] expert outputs by grouped slot */
+    /* Gated DeltaNet layers (NULL for models without them); conv_dim = 2 key_dim + value_dim. */
+    float *rqkv;   /* [n_batch][conv_dim] the projection [q | k | v] that enters the conv */
+    float *rconv;  /* [n_batch][conv_dim] silu(conv), then with q and k L2-normed per head */
+    float *rz;     /* [n_batch][value_dim] output gate */
+    float *rbeta;  /* [n_batch][n_v_heads] beta logits, then sigmoid(beta) */
+    float *rg;     /* [n_batch][n_v_heads] alpha logits, then the log decay g */
+    float *rwork;  /* [n_threads][FX_DELTA_CHUNK][2 d_state] each worker's delta_rows work */
+    float *ry;     /* [n_batch][value_dim] the heads' gated outputs */
+    float *shexp;  /* [n_batch] the shared expert's gate logit (mixtures with one) */
+    float *mtp_in; /* [n_batch][2 n_embd] the MTP head's normed [embedding | hidden] rows */
     /* Rope (cos, sin) per position: [n_ctx][n_rot / 2][2] for global layers ([0]) and
      * sliding-window layers ([1], the same table when their rope does not differ). */
     const float *rope[2];
@@ -73,6 +85,8 @@ struct fx_context {
     int64_t attn_state_per_worker; /* floats of attention state each worker owns */
     int64_t kv_tile_dim;           /* max(head_dim, head_dim_v) */
     struct fx_kv_contig kv;        /* unallocated (n_filled 0, no rows) when paged_only */
+    struct fx_rstate rs;           /* the contiguous sequence's recurrent state (hybrid models) */
+    int32_t mtp_len;               /* positions of the MTP head's cache (its layers of kv) */
     bool paged_only;
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */
@@ -92,6 +106,9 @@ struct fx_fwd {
     const int8_t *marked; /* [n] nonzero for the rows that get logits (FX_LOGITS_MARKED) */
     float *logits;        /* [n][n_vocab] (ALL), [n_vocab] (LAST), [marked rows][n_vocab] */
     float *hidden;        /* [n][n_embd] final normed hidden states, or NULL */
+    /* [n][n_embd] the MTP head's hidden inputs: the call runs MTP block 0 over the MTP cache
+     * instead of the trunk (fx_forward_mtp). NULL for the trunk. */
+    const float *hidden_in;
 };
 
 /* One chunk of at most n_batch rows of a call; every worker computes the same value. */
@@ -118,6 +135,10 @@ fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, 
 fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
                                const struct fx_batch *b, float *logits, struct fx_fwd *out,
                                struct fx_error *err);
+/* The MTP head over the context's MTP cache (pos0 at most its length): */
+fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
+                             int64_t n, int32_t pos0, float *logits, float *hidden,
+                             struct fx_fwd *out, struct fx_error *err);
 /* The forward body every worker runs (one fx_par_run). */
 void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache or the sequences are filled. */
@@ -129,6 +150,7 @@ void fx_fwd_finish(const struct fx_fwd *f);
 void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
+void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 
 /* ---- shared steps ---- */
 
@@ -150,8 +172,9 @@ void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_cont
                                  float *out, const float *in, const float *weight, int64_t n,
                                  int64_t dim, int nw, const struct fx_mat *const *ws);
 
-/* The most matrices one call of fx_dec_matmuls_on_worker multiplies (Q, K and V). */
-#define FX_DEC_MAX_MATMULS 3
+/* The most matrices one call of fx_dec_matmuls_on_worker multiplies (a Gated DeltaNet layer's
+ * qkv, z, beta and alpha). */
+#define FX_DEC_MAX_MATMULS 4
 
 /* outs[i] = src * ws[i]^T for n rows of n_in floats (outs[i] rows ws[i]->ne1 apart), from the
  * activation rows fx_dec_quantize_rows made of src; the workers share the matmuls (statically

@@ -50,6 +50,14 @@ fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens
     return forward(ctx, tokens, n, pos0, FX_LOGITS_NONE, NULL, hidden, err);
 }
 
+fx_status fx_forward_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
+                         int32_t n, int32_t pos0, float *logits, float *hidden_out,
+                         struct fx_error *err) {
+    struct fx_fwd f;
+    return run(fx_fwd_prepare_mtp(ctx, tokens, hidden_in, n, pos0, logits, hidden_out, &f, err), &f,
+               err);
+}
+
 fx_status fx_forward_token_paged(struct fx_context *ctx, struct fx_kv_pool *pool, fx_seq_id seq,
                                  fx_token token, int32_t pos, float *logits, struct fx_error *err) {
     struct fx_fwd f;

@@ -6,6 +6,7 @@
  *   per step for all the rows that chose it
  *   per selection: a = act(xn Wgate_e^T + bg_e) * (xn Wup_e^T + bu_e); y = a Wdown_e^T + bd_e
  *   x += sum over the row's selections (best first) of weight * y
+ *   qwen35moe: x += sigmoid(xn . shexp_gate_inp) * shared expert (a dense gated FFN) of xn
  *
  * A row's result does not depend on the other rows of the step: the grouping only decides which
  * activation rows a matmul reads, and every sum runs in the same order. */
@@ -108,6 +109,30 @@ static void add_expert_bias(const struct fx_context *ctx, float *rows, const flo
                     dim);
 }
 
+/* The shared expert of every row, from the gate and up projections already in gate and up
+ * ([n][n_ff_shexp]) and the gate logit in shexp ([n]): h = sigmoid(logit) * down(act(gate) * up),
+ * which the routed experts leave alone until it is added. The matmul's barrier ends every read
+ * of gate and up before the routed experts write them. */
+static void shared_expert_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
+                                    const struct fx_layer *l) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_scratch *s = &ctx->s;
+    int64_t dim = ctx->model->hp.n_embd, ff = ctx->model->hp.n_ff_shexp, n = c->n;
+    const struct fx_mat *down[1] = {&l->shexp_down};
+    float *down_out[1] = {s->h};
+    int64_t b, e;
+    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_gated_act_rows(ctx, s->gate, s->up, ff, b, e);
+    fx_dec_quantize_rows(ctx, s->gate, b, e, ff, 1, down);
+    fx_par_barrier(w);
+    fx_dec_matmuls_on_worker(w, ctx, s->gate, n, ff, 1, down, down_out);
+    for (int64_t i = b; i < e; i++) {
+        float g;
+        ctx->k->act[FX_ACT_SIGMOID](&g, s->shexp + i, 1);
+        ctx->k->scale(s->h + i * dim, s->h + i * dim, g, dim);
+    }
+}
+
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
@@ -117,11 +142,15 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     int64_t n_slots = n * hp->n_expert_used;
     int64_t b, e;
 
-    const struct fx_mat *router[1] = {&l->router};
-    float *router_out[1] = {s->router};
-    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, 1, router);
+    /* The router and, when the layer has one, the shared expert's gate and input projections. */
+    const struct fx_mat *router[4] = {&l->router, &l->shexp_gate_inp, &l->shexp_gate, &l->shexp_up};
+    float *router_out[4] = {s->router, s->shexp, s->gate, s->up};
+    int n_router = l->shexp_gate.data ? 4 : 1;
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, n_router, router);
     fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
-    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 1, router, router_out);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, n_router, router, router_out);
+    if (l->shexp_gate.data)
+        shared_expert_on_worker(w, c, l);
 
     fx_dec_own_rows(w, n, &b, &e);
     for (int64_t i = b; i < e; i++)
@@ -158,11 +187,14 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         fx_par_barrier(w);
     }
     fx_dec_own_rows(w, n, &b, &e);
-    for (int64_t i = b; i < e; i++)
+    for (int64_t i = b; i < e; i++) {
         for (int32_t k = 0; k < hp->n_expert_used; k++) {
             int64_t slot = s->slot[i * hp->n_expert_used + k];
             ctx->k->axpy(s->x + i * dim, s->yg + slot * dim, s->sel_w[i * hp->n_expert_used + k],
                          dim);
         }
+        if (l->shexp_gate.data)
+            ctx->k->add(s->x + i * dim, s->x + i * dim, s->h + i * dim, dim);
+    }
     fx_dec_dump(w, c, "l_out", il, s->x, n, dim);
 }

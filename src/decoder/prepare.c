@@ -45,6 +45,13 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "position %d is not in 0..%d (the cache holds %d positions)", pos0,
                             ctx->kv.n_filled, ctx->kv.n_filled);
+    /* A recurrent state holds the sequence up to its end: a call continues it there, or starts
+     * the sequence again at 0. */
+    if (ctx->model->hp.n_layer_rec > 0 && pos0 != 0 && pos0 != ctx->kv.n_filled)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "position %d: a %s sequence continues at its end (%d) or restarts at "
+                            "0 (its recurrent state cannot go back)",
+                            pos0, ctx->model->arch, ctx->kv.n_filled);
     if (n > ctx->n_ctx - pos0)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "%lld tokens at position %d exceed the context of %d", (long long)n,
@@ -56,10 +63,50 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
         .ctx = ctx,
         .tokens = tokens,
         .n = n,
-        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .rs = &ctx->rs, .pos0 = pos0}},
         .logits_rows = rows,
         .logits = logits,
         .hidden = hidden,
+    };
+    return FX_OK;
+}
+
+fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
+                             int64_t n, int32_t pos0, float *logits, float *hidden,
+                             struct fx_fwd *out, struct fx_error *err) {
+    const struct fx_model *m = ctx->model;
+    if (m->hp.n_nextn == 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "this %s model has no multi-token-prediction head", m->arch);
+    if (ctx->paged_only)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "this context has no contiguous cache (it was made paged_only)");
+    fx_status st = check_call(tokens, n, FX_LOGITS_ALL, logits, NULL, err);
+    if (st)
+        return st;
+    if (!hidden_in)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "the MTP head's hidden-state input is NULL");
+    if (pos0 < 0 || pos0 > ctx->mtp_len)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "MTP position %d is not in 0..%d (the MTP cache holds %d positions)",
+                            pos0, ctx->mtp_len, ctx->mtp_len);
+    if (n > ctx->n_ctx - pos0)
+        return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                            "%lld tokens at MTP position %d exceed the context of %d", (long long)n,
+                            pos0, ctx->n_ctx);
+    st = check_tokens(ctx, tokens, n, err);
+    if (st)
+        return st;
+    *out = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .logits_rows = FX_LOGITS_ALL,
+        .logits = logits,
+        .hidden = hidden,
+        .hidden_in = hidden_in,
     };
     return FX_OK;
 }
@@ -71,6 +118,11 @@ static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_poo
     const struct fx_hparams *hp = &ctx->model->hp;
     if (!pool)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the KV pool is NULL");
+    if (hp->n_layer_rec > 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "%s over a KV pool: the recurrent state of pooled sequences is not "
+                            "implemented (use the contiguous context)",
+                            ctx->model->arch);
     if (pool->n_layer != hp->n_layer || pool->n_head_kv != hp->n_head_kv ||
         pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
@@ -192,7 +244,10 @@ void fx_fwd_finish(const struct fx_fwd *f) {
     switch (f->kv.kind) {
     case FX_KV_CONTIG:
         /* Writing at pos0 drops whatever followed it: the cache now ends with this call's rows. */
-        f->ctx->kv.n_filled = f->kv.u.contig.pos0 + (int32_t)f->n;
+        if (f->hidden_in)
+            f->ctx->mtp_len = f->kv.u.contig.pos0 + (int32_t)f->n;
+        else
+            f->ctx->kv.n_filled = f->kv.u.contig.pos0 + (int32_t)f->n;
         return;
     case FX_KV_PAGED:
         for (int64_t i = 0; i < f->n; i++)

@@ -50,10 +50,12 @@ const struct fx_kernels fx_kernels_generic = {
     .rope = fx_rope_generic,
     .act = {[FX_ACT_SILU] = fx_silu_generic,
             [FX_ACT_GELU] = fx_gelu_generic,
-            [FX_ACT_GELU_F16] = fx_gelu_f16_generic},
+            [FX_ACT_GELU_F16] = fx_gelu_f16_generic,
+            [FX_ACT_SIGMOID] = fx_sigmoid_generic},
     .glu = {[FX_ACT_SILU] = fx_swiglu_generic,
             [FX_ACT_GELU] = fx_geglu_generic,
-            [FX_ACT_GELU_F16] = fx_geglu_f16_generic},
+            [FX_ACT_GELU_F16] = fx_geglu_f16_generic,
+            [FX_ACT_SIGMOID] = fx_sigmoid_glu_generic},
     .swiglu_oai = fx_swiglu_oai_generic,
     .add = fx_add_generic,
     .scale = fx_scale_generic,
@@ -63,6 +65,9 @@ const struct fx_kernels fx_kernels_generic = {
     .kv_store = fx_kv_store_generic,
     .kv_load = fx_kv_load_generic,
     .argmax = fx_argmax_generic,
+    .l2_norm = fx_l2_norm_generic,
+    .conv_step = fx_conv_step_generic,
+    .delta_rows = fx_delta_rows_generic,
 };
 
 /* Loops the table's vec_dot over a share: weight row r against every activation row, so the

@@ -107,6 +107,7 @@ enum fx_act {
     FX_ACT_GELU,     /* tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))) */
     FX_ACT_GELU_F16, /* ggml's CPU GELU: x rounded to fp16, GELU of that rounded to fp16;
                       * x <= -10 gives 0, x >= 10 gives x (see the fixtures README) */
+    FX_ACT_SIGMOID,  /* 1 / (1 + exp(-x)) (qwen35's output gates) */
     FX_ACT_COUNT
 };
 
@@ -137,6 +138,40 @@ int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v);
  * of row r, head h at q + r * q_row_stride + h * dim_k; no keys seen. */
 void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
                    int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v);
+
+/* The gated delta rule (Gated DeltaNet) per token t of one head, d x d state M (i indexes keys,
+ * j values), decay e^(g_t):
+ *   M_t = e^(g_t) M_(t-1) + k_t u_t^T,  u_t = beta_t (v_t - e^(g_t) M_(t-1)^T k_t),
+ *   out_t = scale M_t^T q_t.
+ * ferrox computes it in chunks of FX_DELTA_CHUNK positions cut at fixed multiples, so that a
+ * row's arithmetic does not depend on how a sequence is split into calls: with M0 the state
+ * before the chunk, G_t the sum of the chunk's g up to t, and s running over the chunk's rows,
+ *   u_t = beta_t (v_t - e^G_t M0^T k_t - sum_(s<t) (k_t . k_s) e^(G_t - G_s) u_s)
+ *   out_t = scale (e^G_t M0^T q_t + sum_(s<=t) (q_t . k_s) e^(G_t - G_s) u_s)
+ * and M0 <- e^G_last M0 + sum_s e^(G_last - G_s) k_s u_s^T when the chunk's last row is done.
+ * M0^T of every row of a call is one matmul-shaped pass over M0; only the chunk's end writes
+ * it. */
+#define FX_DELTA_CHUNK 64
+
+/* One head's state in that form: floats fx_delta_state_floats(d), laid out by
+ * fx_delta_state_at. */
+struct fx_delta_state {
+    float *m0; /* [d][d] M0 by columns: m0[j * d + i] = M0[i][j] */
+    float *ks; /* [FX_DELTA_CHUNK][d] the chunk's keys so far */
+    float *us; /* [FX_DELTA_CHUNK][d] their u */
+    float *gs; /* [FX_DELTA_CHUNK] their G */
+};
+
+static inline int64_t fx_delta_state_floats(int64_t d) {
+    return d * d + 2 * FX_DELTA_CHUNK * d + FX_DELTA_CHUNK;
+}
+
+static inline struct fx_delta_state fx_delta_state_at(float *mem, int64_t d) {
+    return (struct fx_delta_state){.m0 = mem,
+                                   .ks = mem + d * d,
+                                   .us = mem + d * d + FX_DELTA_CHUNK * d,
+                                   .gs = mem + d * d + 2 * FX_DELTA_CHUNK * d};
+}
 
 struct fx_kernels {
     const char *name; /* "generic", "avx2", "avx512" */
@@ -192,6 +227,26 @@ struct fx_kernels {
                     float *dst, int64_t dst_stride);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
+
+    /* Gated DeltaNet (qwen35's linear attention), one token at a time. */
+
+    /* out = x / max(||x||_2, eps); out may be x. */
+    void (*l2_norm)(float *out, const float *x, int64_t n, float eps);
+    /* One step of a depthwise causal conv over n_ch channels with d_conv taps: for channel c,
+     *   out[c] = sum_t w[c][t] * win[c][t] (t < d_conv - 1, oldest first) + w[c][d_conv-1] * x[c]
+     * taps summed in that order, then win[c] drops its oldest input and takes x[c].
+     * w is [n_ch][d_conv], win [n_ch][d_conv - 1]. */
+    void (*conv_step)(float *out, float *win, const float *x, const float *w, int64_t n_ch,
+                      int32_t d_conv);
+    /* Rows r0..r0+n-1 (r0 + n <= FX_DELTA_CHUNK) of one chunk of the gated delta rule for one
+     * head (struct fx_delta_state); row r reads q, k, v at + r * in_stride, its log decay g[r]
+     * (<= 0) and beta[r], and writes out + r * out_stride. work: [n][2 d] floats. See
+     * struct fx_delta_state for the arithmetic; a row's bits depend on the state and its own
+     * inputs only, whatever n. */
+    void (*delta_rows)(const struct fx_delta_state *st, int32_t r0, int32_t n, const float *q,
+                       const float *k, const float *v, int64_t in_stride, const float *g,
+                       const float *beta, float scale, float *out, int64_t out_stride, float *work,
+                       int64_t d);
 };
 
 /* The table chosen for this process (thread-safe, decided once): FERROX_CPU when set and

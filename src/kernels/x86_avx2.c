@@ -281,6 +281,7 @@ const struct fx_kernels fx_kernels_avx2_part = {
     .axpy = fx_avx2_axpy,
     .kv_store = fx_avx2_kv_store,
     .kv_load = fx_avx2_kv_load,
+    .delta_rows = fx_avx2_delta_rows,
 };
 
 #endif

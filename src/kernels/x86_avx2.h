@@ -116,6 +116,11 @@ void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n);
 void fx_avx2_add(float *out, const float *a, const float *b, int64_t n);
 void fx_avx2_scale(float *out, const float *x, float s, int64_t n);
 void fx_avx2_axpy(float *y, const float *x, float a, int64_t n);
+/* The chunked delta rule (x86_avx2_ssm.c). */
+void fx_avx2_delta_rows(const struct fx_delta_state *st, int32_t r0, int32_t n, const float *q,
+                        const float *k, const float *v, int64_t in_stride, const float *g,
+                        const float *beta, float scale, float *out, int64_t out_stride, float *work,
+                        int64_t d);
 
 /* The Q8_0 activation quantizer (x86_avx2.c; bit-identical to fx_q8_0_quantize_act), and the
  * KV cache rows that use it (x86_avx2_kv.c). */

@@ -13,6 +13,7 @@
 #include "kernels/x86_avx512.h"
 
 #include "kernels/x86_avx512_attn.h"
+#include "kernels/x86_avx512_ssm.h"
 
 #include "kernels/float_entry.h"
 #include "kernels/generic.h"
@@ -167,6 +168,7 @@ const struct fx_kernels fx_kernels_avx512_part = {
     .attn_run = fx_attn_run_avx512,
     .kv_store = fx_avx512_kv_store,
     .kv_load = fx_avx512_kv_load,
+    .delta_rows = fx_avx512_delta_rows,
 };
 
 #endif

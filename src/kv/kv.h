@@ -15,6 +15,7 @@
 
 #include "ferrox.h"
 #include "kernels/kernels.h"
+#include "kv/recurrent.h"
 
 /* The KV element type of fx_context_default_params() (the README says how it was chosen). */
 #define FX_KV_DEFAULT_TYPE FX_TYPE_F16
@@ -74,6 +75,7 @@ struct fx_kv_step {
     union {
         struct {
             struct fx_kv_contig *kv;
+            struct fx_rstate *rs; /* the sequence's recurrent state (hybrid models) */
             int32_t pos0;
         } contig;
         struct {
@@ -123,6 +125,14 @@ static inline struct fx_kv_step fx_kv_step_from(const struct fx_kv_step *s, int6
 /* Whether step rows i and j belong to the same sequence (and so may attend together). */
 static inline bool fx_kv_step_same_seq(const struct fx_kv_step *s, int64_t i, int64_t j) {
     return s->kind != FX_KV_MULTI || s->u.multi.seq[i] == s->u.multi.seq[j];
+}
+
+/* The recurrent state of row i's sequence (hybrid models), continued by the row: the state
+ * after the row's previous position, or anything at position 0, where the row starts from zeros.
+ * Only contiguous steps carry one (the preparation of a step refuses hybrid models over a pool). */
+static inline struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i) {
+    (void)i;
+    return s->kind == FX_KV_CONTIG ? s->u.contig.rs : NULL;
 }
 
 /* Stores row i's key and value of KV head g (f32: head_dim and head_dim_v floats) in layer il at

@@ -83,5 +83,9 @@ fx_status fx_arch_qwen3moe_load(struct fx_loader *ld);
 fx_status fx_arch_gemma2_load(struct fx_loader *ld);
 fx_status fx_arch_gemma3_load(struct fx_loader *ld);
 fx_status fx_arch_gptoss_load(struct fx_loader *ld);
+fx_status fx_arch_qwen35_load(struct fx_loader *ld);
+fx_status fx_arch_qwen35moe_load(struct fx_loader *ld);
+/* After the embeddings (it needs n_vocab): the MTP blocks of a qwen35 / qwen35moe file. */
+fx_status fx_arch_qwen35_load_mtp(struct fx_loader *ld);
 
 #endif

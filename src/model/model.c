@@ -15,13 +15,19 @@
 struct arch_entry {
     const char *name;
     fx_status (*load)(struct fx_loader *ld);
+    fx_status (*load_after_embd)(struct fx_loader *ld); /* NULL for none */
 };
 
 static const struct arch_entry archs[] = {
-    {"llama", fx_arch_llama_load},    {"qwen2", fx_arch_qwen2_load},
-    {"qwen3", fx_arch_qwen3_load},    {"qwen3moe", fx_arch_qwen3moe_load},
-    {"gemma2", fx_arch_gemma2_load},  {"gemma3", fx_arch_gemma3_load},
-    {"gpt-oss", fx_arch_gptoss_load},
+    {"llama", fx_arch_llama_load, NULL},
+    {"qwen2", fx_arch_qwen2_load, NULL},
+    {"qwen3", fx_arch_qwen3_load, NULL},
+    {"qwen3moe", fx_arch_qwen3moe_load, NULL},
+    {"gemma2", fx_arch_gemma2_load, NULL},
+    {"gemma3", fx_arch_gemma3_load, NULL},
+    {"gpt-oss", fx_arch_gptoss_load, NULL},
+    {"qwen35", fx_arch_qwen35_load, fx_arch_qwen35_load_mtp},
+    {"qwen35moe", fx_arch_qwen35moe_load, fx_arch_qwen35_load_mtp},
 };
 
 #define N_ARCHS (sizeof archs / sizeof archs[0])
@@ -83,6 +89,24 @@ static fx_status prefault(const struct fx_gguf *g, const struct fx_model_params 
     return FX_OK;
 }
 
+/* Each attention layer's index in the KV caches and each recurrent layer's in the recurrent
+ * state, so that neither reserves room for the other kind. The MTP blocks keep K and V after
+ * the trunk's attention layers. */
+static void number_layers(struct fx_model *m) {
+    int32_t n_kv = 0, n_rec = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        struct fx_layer *l = &m->layers[il];
+        if (l->recurrent)
+            l->rec_il = n_rec++;
+        else
+            l->kv_il = n_kv++;
+    }
+    for (int i = 0; i < m->hp.n_nextn; i++)
+        m->layers[m->hp.n_layer + i].kv_il = n_kv++;
+    m->hp.n_layer_kv = n_kv;
+    m->hp.n_layer_rec = n_rec;
+}
+
 fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *params,
                              struct fx_model **out, struct fx_error *err) {
     *out = NULL;
@@ -102,8 +126,10 @@ fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *pa
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
         goto fail;
     }
-    if ((st = arch->load(&ld)) || (st = fx_ld_embeddings(&ld)))
+    if ((st = arch->load(&ld)) || (st = fx_ld_embeddings(&ld)) ||
+        (arch->load_after_embd && (st = arch->load_after_embd(&ld))))
         goto fail;
+    number_layers(m);
     if ((params && params->progress && (st = prefault(g, params, err))) ||
         (st = fx_model_pack(m, g, err)))
         goto fail;
@@ -139,6 +165,7 @@ void fx_model_free(struct fx_model *m) {
     free(m->packs);
     free(m->vecs);
     free(m->layers);
+    free(m->mtp);
     fx_gguf_free(m->file);
     free(m);
 }
@@ -157,6 +184,14 @@ int32_t fx_model_n_embd(const struct fx_model *m) {
 
 int32_t fx_model_n_layer(const struct fx_model *m) {
     return m->hp.n_layer;
+}
+
+int32_t fx_model_n_nextn(const struct fx_model *m) {
+    return m->hp.n_nextn;
+}
+
+bool fx_model_has_recurrent_state(const struct fx_model *m) {
+    return m->hp.n_layer_rec > 0;
 }
 
 int32_t fx_model_n_ctx_train(const struct fx_model *m) {

@@ -29,6 +29,10 @@ struct fx_rope_config {
     float beta_fast, beta_slow;
     int32_t n_ctx_orig;        /* training context YaRN corrects against */
     const float *freq_factors; /* [n_rot / 2] divisors (llama3 rope_freqs.weight), or NULL */
+    /* Interleaved multi-section rope (qwen35): pair i takes its position from component
+     * s = i % (sum of sections): t, h or w while s is within their interleaved sections, else
+     * the fourth. Text positions are (p, p, p, 0). All zero for plain rope. */
+    int32_t sections[4];
 };
 
 enum fx_ffn_act {
@@ -64,6 +68,17 @@ struct fx_hparams {
     float act_limit; /* clamp L of FX_ACT_SWIGLU_OAI */
     enum fx_router_kind router;
     bool expert_weights_norm; /* renormalise the selected experts' weights to sum 1 */
+    int32_t n_ff_shexp;       /* width of the gated shared expert beside the routed ones, or 0 */
+
+    /* Hybrid models (qwen35): Gated DeltaNet layers beside the attention layers. 0 when the
+     * model has none. Their q and k have n_ssm_k_heads heads of ssm_d_state, v has
+     * n_ssm_v_heads heads of ssm_d_state; v head h reads q/k head h % n_ssm_k_heads. */
+    int32_t n_layer_rec;                  /* recurrent layers among the n_layer */
+    int32_t ssm_d_state;                  /* S: size of a q, k and v head of those layers */
+    int32_t n_ssm_k_heads, n_ssm_v_heads; /* HK, HV (HV a multiple of HK) */
+    int32_t ssm_d_conv;                   /* taps of the causal conv over [q | k | v] */
+    int32_t n_layer_kv; /* layers that keep K and V: the trunk's attention layers, then MTP's */
+    int32_t n_nextn;    /* MTP blocks stored after the trunk's n_layer */
 
     struct fx_rope_config rope;
 };
@@ -79,6 +94,9 @@ struct fx_experts {
 
 /* One transformer block. Optional parts are NULL (vectors) or have data == NULL (matrices). */
 struct fx_layer {
+    bool recurrent;        /* a Gated DeltaNet layer (the ssm_* weights) instead of attention */
+    int32_t kv_il;         /* attention layers: index of this layer's K/V in the caches */
+    int32_t rec_il;        /* recurrent layers: index of this layer's recurrent state */
     bool swa;              /* sliding-window attention on this layer */
     float rope_base;       /* this layer's rope base */
     float rope_freq_scale; /* this layer's rope frequency scale */
@@ -90,6 +108,21 @@ struct fx_layer {
     const float *q_norm, *k_norm;   /* [head_dim] per-head RMS norm weights or NULL */
     const float *sinks;             /* [n_head] attention sink logits or NULL */
     const float *post_attn_norm;    /* [n_embd] norm of the attention output, or NULL */
+    /* qwen35: wq gives [q | gate] per head ([n_head][2][head_dim] rows) and the attention output
+     * of each head is multiplied by sigmoid(gate) before wo. */
+    bool attn_out_gate;
+
+    /* Gated DeltaNet (recurrent layers; key_dim = HK * S, value_dim = HV * S,
+     * conv_dim = 2 * key_dim + value_dim). */
+    struct fx_mat ssm_qkv;   /* [conv_dim][n_embd]: [q | k | v] before the conv */
+    struct fx_mat ssm_z;     /* [value_dim][n_embd]: the output gate z */
+    struct fx_mat ssm_beta;  /* [HV][n_embd]: sigmoid of it is the write strength */
+    struct fx_mat ssm_alpha; /* [HV][n_embd]: with dt_b and a, the decay */
+    const float *ssm_conv;   /* [conv_dim][d_conv] taps per channel, the oldest input first */
+    const float *ssm_dt_b;   /* [HV] */
+    const float *ssm_a;      /* [HV] negative rates: log decay = softplus(alpha + dt_b) * a */
+    const float *ssm_norm;   /* [S] RMS norm of each head's output, shared by the heads */
+    struct fx_mat ssm_out;   /* [n_embd][value_dim] */
 
     const float *ffn_norm;                    /* [n_embd] pre-FFN norm */
     struct fx_mat ffn_gate, ffn_up, ffn_down; /* dense FFN (data NULL on MoE layers) */
@@ -100,6 +133,20 @@ struct fx_layer {
     struct fx_experts gate_exps, up_exps, down_exps;
     const float *gate_exps_b, *up_exps_b; /* [n_expert][n_ff_exp] or NULL */
     const float *down_exps_b;             /* [n_expert][n_embd] or NULL */
+    /* Shared expert (qwen35moe): added to the routed experts' sum, scaled by
+     * sigmoid(shexp_gate_inp . xn), one scalar per row. data NULL when absent. */
+    struct fx_mat shexp_gate_inp;                   /* [1][n_embd] */
+    struct fx_mat shexp_gate, shexp_up, shexp_down; /* [n_ff_shexp][n_embd], ..., [n_embd][..] */
+};
+
+/* A multi-token-prediction (NextN) block: its transformer layer is m->layers[n_layer + i]; these
+ * are the tensors around it. Loaded with the model; the trunk's forward pass never runs it. */
+struct fx_mtp {
+    struct fx_mat eh_proj;      /* [n_embd][2 n_embd]: [rms(embedding) | rms(hidden)] -> x */
+    const float *enorm, *hnorm; /* [n_embd] */
+    const float *head_norm;     /* [n_embd] shared_head_norm, or NULL: output_norm */
+    struct fx_mat embed;        /* [n_vocab][n_embd]; the model's tok_embd when absent */
+    struct fx_mat head;         /* [n_vocab][n_embd]; the model's output when absent */
 };
 
 struct fx_model {
@@ -110,7 +157,8 @@ struct fx_model {
     const float *output_norm; /* [n_embd] */
     struct fx_mat output;     /* [n_vocab][n_embd]; equals tok_embd when tied */
     bool tied_output;
-    struct fx_layer *layers; /* [n_layer] */
+    struct fx_layer *layers; /* [n_layer + n_nextn]: the trunk, then the MTP blocks */
+    struct fx_mtp *mtp;      /* [n_nextn], NULL when none */
     float **vecs;            /* every owned vector copy, freed with the model */
     int64_t n_vecs, cap_vecs;
     void **packs; /* every packed weight copy (model/pack.c), freed with the model */

@@ -70,10 +70,25 @@ static fx_status plan_one(struct pack_plan *p, struct fx_model *m, struct fx_mat
  * shares its data with is only read by row lookups. */
 static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_error *err) {
     fx_status st;
-    for (int il = 0; il < m->hp.n_layer; il++) {
+    for (int il = 0; il < m->hp.n_layer + m->hp.n_nextn; il++) {
         struct fx_layer *l = &m->layers[il];
-        struct fx_mat *mats[] = {&l->wq,       &l->wk,     &l->wv,       &l->wo,
-                                 &l->ffn_gate, &l->ffn_up, &l->ffn_down, &l->router};
+        struct fx_mat *mats[] = {&l->wq,
+                                 &l->wk,
+                                 &l->wv,
+                                 &l->wo,
+                                 &l->ffn_gate,
+                                 &l->ffn_up,
+                                 &l->ffn_down,
+                                 &l->router,
+                                 &l->ssm_qkv,
+                                 &l->ssm_z,
+                                 &l->ssm_beta,
+                                 &l->ssm_alpha,
+                                 &l->ssm_out,
+                                 &l->shexp_gate,
+                                 &l->shexp_up,
+                                 &l->shexp_down,
+                                 &l->shexp_gate_inp};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
             if ((st = plan_one(p, m, mats[i], NULL, err)))
                 return st;
@@ -81,6 +96,14 @@ static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_e
         for (size_t i = 0; i < 3; i++)
             if ((st = plan_one(p, m, NULL, stacks[i], err)))
                 return st;
+    }
+    for (int i = 0; i < m->hp.n_nextn; i++) {
+        struct fx_mtp *x = &m->mtp[i];
+        if ((st = plan_one(p, m, &x->eh_proj, NULL, err)))
+            return st;
+        /* A head of its own; the trunk's output is packed below and copied in after. */
+        if (x->head.data != m->output.data && (st = plan_one(p, m, &x->head, NULL, err)))
+            return st;
     }
     return plan_one(p, m, &m->output, NULL, err);
 }
@@ -134,6 +157,10 @@ fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_e
         if (t->x)
             t->x->packed_bytes = t->stride;
     }
+    /* MTP heads that share the trunk's output read its packed copy. */
+    for (int i = 0; i < m->hp.n_nextn; i++)
+        if (m->mtp[i].head.data == m->output.data)
+            m->mtp[i].head = m->output;
 done:
     fx_pool_free(pool);
     free(p.items);

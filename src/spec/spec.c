@@ -69,6 +69,13 @@ fx_status fx_spec_create(struct fx_context *ctx, struct fx_drafter *d,
     if (!ctx || !d)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "speculation: a context and a drafter are needed");
+    /* Rejected drafts are rolled back by truncating the cache, which a recurrent state cannot
+     * follow (it would need snapshots per verified row). */
+    if (fx_model_has_recurrent_state(fx_context_model(ctx)))
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "speculation: %s sequences have a recurrent state, which cannot be "
+                            "rolled back yet",
+                            fx_model_arch(fx_context_model(ctx)));
     struct fx_spec *s = calloc(1, sizeof *s);
     int32_t n_vocab = fx_model_n_vocab(fx_context_model(ctx));
     if (s) {

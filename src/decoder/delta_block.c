@@ -1,0 +1,149 @@
+/* The Gated DeltaNet block (qwen35's linear attention), per sequence in position order:
+ *
+ *   xn = rms_norm(x) * attn_norm
+ *   qkv = xn Wqkv^T, z = xn Wz^T, b = xn Wbeta^T, a = xn Walpha^T
+ *   c = silu(causal depthwise conv of qkv over the sequence's last d_conv inputs)
+ *   q, k = the first two key_dim of c, L2-normed per head of S; v = the last value_dim
+ *   per V head h (its q/k head h % HK):   beta = sigmoid(b_h)
+ *     g = softplus(a_h + dt_b_h) * ssm_a_h                    (log decay, <= 0)
+ *     M_h = e^g M_h;  M_h += k (beta (v_h - M_h^T k))^T;  o_h = M_h^T q / sqrt(S)
+ *     y_h = rms_norm(o_h) * ssm_norm * silu(z_h)
+ *   h = y Wout^T, x += h
+ *
+ * The delta rule runs in the chunked form of kernels.h (struct fx_delta_state): a call's rows of
+ * one chunk read the chunk's starting matrix in one matmul-shaped pass, and only a chunk's end
+ * writes it. Chunks are cut at fixed positions, so a row's arithmetic does not depend on how the
+ * sequence's rows are split into calls: batched prefill and token-by-token decode give the same
+ * bits. The conv window and the delta-rule states are the sequence's recurrent state
+ * (kv/recurrent.h), read and written in place; a row at position 0 starts from zeros. */
+#include <math.h>
+#include <string.h>
+
+#include "decoder/decoder.h"
+
+/* ggml's softplus: linear above 20, where log(1 + e^x) rounds to x. */
+static float softplus(float x) {
+    return x > 20.0f ? x : logf(1.0f + expf(x));
+}
+
+/* The conv of this worker's channels over the chunk's rows in order, then silu: rconv from rqkv.
+ * Each channel's window is owned by one worker, so no two workers touch the same state. */
+static void conv_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
+                           const struct fx_layer *l, int64_t conv_dim) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_kernels *k = ctx->k;
+    const struct fx_scratch *s = &ctx->s;
+    int32_t d_conv = ctx->model->hp.ssm_d_conv;
+    int64_t b, e;
+    fx_par_range(conv_dim, w->ith, w->nth, 16, &b, &e);
+    if (b == e)
+        return;
+    for (int64_t i = 0; i < c->n; i++) {
+        float *win = fx_rstate_conv(fx_kv_step_rstate(&c->kv, i), l->rec_il) + b * (d_conv - 1);
+        if (fx_kv_step_pos(&c->kv, i) == 0)
+            memset(win, 0, (size_t)((e - b) * (d_conv - 1)) * sizeof(float));
+        float *out = s->rconv + i * conv_dim + b;
+        k->conv_step(out, win, s->rqkv + i * conv_dim + b, l->ssm_conv + b * d_conv, e - b, d_conv);
+        k->act[FX_ACT_SILU](out, out, e - b);
+    }
+}
+
+/* For this worker's rows: q and k L2-normed per head (in rconv), beta = sigmoid(b) and the log
+ * decay of each V head. */
+static void gates_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
+                            const struct fx_layer *l, int64_t conv_dim) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_kernels *k = ctx->k;
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_scratch *s = &ctx->s;
+    int64_t d = hp->ssm_d_state, hv = hp->n_ssm_v_heads;
+    int64_t b, e;
+    fx_dec_own_rows(w, c->n, &b, &e);
+    for (int64_t i = b; i < e; i++) {
+        float *qk = s->rconv + i * conv_dim; /* 2 HK heads: the q heads, then the k heads */
+        for (int64_t h = 0; h < 2 * hp->n_ssm_k_heads; h++)
+            k->l2_norm(qk + h * d, qk + h * d, d, hp->rms_eps);
+        float *beta = s->rbeta + i * hv, *g = s->rg + i * hv;
+        k->act[FX_ACT_SIGMOID](beta, beta, hv);
+        for (int64_t h = 0; h < hv; h++)
+            g[h] = softplus(g[h] + l->ssm_dt_b[h]) * l->ssm_a[h];
+    }
+}
+
+/* V head hv over the chunk's rows, a run of rows of one delta-rule chunk at a time: the delta
+ * rule on its state, then the gated norm of its output into ry. work: the worker's
+ * [FX_DELTA_CHUNK][2 d] floats. */
+static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hv,
+                      int64_t conv_dim, float *work) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_kernels *k = ctx->k;
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_scratch *s = &ctx->s;
+    int64_t d = hp->ssm_d_state, n_hv = hp->n_ssm_v_heads;
+    int64_t key_dim = d * hp->n_ssm_k_heads, value_dim = d * n_hv;
+    int64_t hk = hv % hp->n_ssm_k_heads; /* GGUF tiles the V heads over the K heads */
+    float scale = 1.0f / sqrtf((float)d);
+    for (int64_t i = 0, n; i < c->n; i += n) {
+        int32_t pos = fx_kv_step_pos(&c->kv, i), r0 = pos % FX_DELTA_CHUNK;
+        n = FX_DELTA_CHUNK - r0 < c->n - i ? FX_DELTA_CHUNK - r0 : c->n - i;
+        float *mem =
+            fx_rstate_ssm(fx_kv_step_rstate(&c->kv, i), l->rec_il) + hv * fx_delta_state_floats(d);
+        struct fx_delta_state st = fx_delta_state_at(mem, d);
+        if (pos == 0) /* the chunk's rows so far are none; only the matrix needs zeros */
+            memset(st.m0, 0, (size_t)(d * d) * sizeof(float));
+        float g[FX_DELTA_CHUNK], beta[FX_DELTA_CHUNK];
+        for (int64_t r = 0; r < n; r++) {
+            g[r] = s->rg[(i + r) * n_hv + hv];
+            beta[r] = s->rbeta[(i + r) * n_hv + hv];
+        }
+        const float *row = s->rconv + i * conv_dim;
+        float *y = s->ry + i * value_dim + hv * d;
+        k->delta_rows(&st, r0, (int32_t)n, row + hk * d, row + key_dim + hk * d,
+                      row + 2 * key_dim + hv * d, conv_dim, g, beta, scale, y, value_dim, work, d);
+        for (int64_t r = 0; r < n; r++) {
+            float *yr = y + r * value_dim;
+            k->rms_norm(yr, yr, l->ssm_norm, d, hp->rms_eps);
+            k->glu[FX_ACT_SILU](yr, s->rz + (i + r) * value_dim + hv * d, yr, d);
+        }
+    }
+}
+
+void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_layer *l = &ctx->model->layers[il];
+    const struct fx_scratch *s = &ctx->s;
+    int64_t dim = hp->n_embd, n = c->n;
+    int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
+    int64_t conv_dim = 2 * (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads + value_dim;
+
+    const struct fx_mat *in[4] = {&l->ssm_qkv, &l->ssm_z, &l->ssm_beta, &l->ssm_alpha};
+    float *in_out[4] = {s->rqkv, s->rz, s->rbeta, s->rg};
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 4, in);
+    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 4, in, in_out);
+
+    conv_on_worker(w, c, l, conv_dim);
+    fx_par_barrier(w);
+    gates_on_worker(w, c, l, conv_dim);
+    fx_par_barrier(w);
+    fx_dec_dump(w, c, "conv", il, s->rconv, n, conv_dim);
+
+    /* The V heads are independent; each worker claims whole heads. */
+    float *work = s->rwork + (int64_t)w->ith * FX_DELTA_CHUNK * 2 * hp->ssm_d_state;
+    for (int64_t hv; fx_par_claim(w, hp->n_ssm_v_heads, &hv);)
+        head_rows(c, l, hv, conv_dim, work);
+    fx_par_barrier(w);
+    fx_dec_dump(w, c, "ssm_y", il, s->ry, n, value_dim);
+
+    const struct fx_mat *out[1] = {&l->ssm_out};
+    float *out_out[1] = {s->h};
+    int64_t b, e;
+    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_quantize_rows(ctx, s->ry, b, e, value_dim, 1, out);
+    fx_par_barrier(w);
+    fx_dec_matmuls_on_worker(w, ctx, s->ry, n, value_dim, 1, out, out_out);
+    for (int64_t i = b; i < e; i++)
+        ctx->k->add(s->x + i * dim, s->x + i * dim, s->h + i * dim, dim);
+    fx_dec_dump(w, c, "ffn_inp", il, s->x, n, dim);
+}

@@ -1,0 +1,55 @@
+/* ferrox run on a Qwen3.5 fixture, as a user runs it: greedy text equal to the pieces of
+ * llama.cpp's greedy tokens (fixtures/qwen35 P1), decoding plainly by default since speculation
+ * cannot roll a recurrent state back yet, and --spec asking for it refused with the reason. */
+#include "fx_test.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ferrox.h"
+
+#define N_GEN 14 /* llama.cpp's greedy step 14 is </s>, where ferrox run stops */
+
+FX_TEST(qwen35_cli_run_greedy) {
+    const char *model = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
+    json_error_t jerr;
+    json_t *g = json_load_file(fx_test_fixture("qwen35/golden/qwen35-tiny.F32.P1.json"), 0, &jerr);
+    if (!g)
+        fail_msg("%s", jerr.text);
+    struct fx_vocab *v;
+    struct fx_error e;
+    assert_int_equal(fx_vocab_load_file(model, &v, &e), FX_OK);
+    char want[64 * N_GEN + 1] = "";
+    json_t *ids = json_object_get(g, "greedy_ids");
+    for (int i = 0; i < N_GEN; i++) {
+        size_t len;
+        const char *piece = fx_token_to_piece(
+            v, (fx_token)json_integer_value(json_array_get(ids, (size_t)i)), false, &len);
+        assert_true(len < 64);
+        strncat(want, piece, len);
+    }
+    fx_vocab_free(v);
+    json_decref(g);
+
+    /* P1's text; its tokens are the golden's prompt ids (10 with BOS). */
+    const char *args[] = {"run", "-m", model,    "-p", "Once upon a time, there was a little",
+                          "-n",  "14", "--temp", "0",  "-t",
+                          "2",   NULL};
+    char *out, *err;
+    int rc = fx_test_run_cli(args, NULL, &out, &err);
+    if (rc != 0)
+        fail_msg("ferrox run exited %d: %s", rc, err);
+    assert_string_equal(out, want);
+    assert_non_null(strstr(err, "prompt: 10 tokens"));
+    free(out);
+    free(err);
+
+    const char *spec[] = {"run", "-m", model, "-p", "Once", "-n", "4", "--spec", "ngram", NULL};
+    rc = fx_test_run_cli(spec, NULL, &out, &err);
+    assert_int_not_equal(rc, 0);
+    assert_non_null(strstr(err, "qwen35 sequences have a recurrent state, which cannot be rolled "
+                                "back yet"));
+    free(out);
+    free(err);
+}
