@@ -1,5 +1,5 @@
-/* ferrox bench --parallel (llama-batched-bench's figures) and bench's -ctk / -ctv, run as a user
- * would run them. */
+/* ferrox bench --parallel (llama-batched-bench's figures), bench's -ctk / -ctv and -d, run as a
+ * user would run them. */
 #include "fx_test.h"
 
 #include <jansson.h>
@@ -139,4 +139,88 @@ FX_TEST(cli_bench_rejects_bad_cache_type_and_lists) {
     assert_int_equal(fx_test_run_cli(bad_list, NULL, NULL, &err), 2);
     assert_non_null(strstr(err, "1,0"));
     free(err);
+}
+
+/* -d: every test starts with the depth's positions in the cache (--progress reports what the
+ * cache holds as each repetition starts), tests run in llama-bench's order, each depth in turn,
+ * and the JSON carries n_depth. */
+FX_TEST(bench_depth_fills_the_cache_before_each_repetition) {
+    const char *model = fx_test_fixture("models/llama-tiny.F32.gguf");
+    const char *args[] = {"bench", "-m", model, "-p", "8",  "-n",   "4",          "-d", "0,40",
+                          "-r",    "2",  "-t",  "1",  "-o", "json", "--progress", NULL};
+    char *out, *err;
+    int rc = fx_test_run_cli(args, NULL, &out, &err);
+    if (rc != 0)
+        fail_msg("ferrox bench exited %d: %s", rc, err);
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (!doc)
+        fail_msg("bench output is not JSON: %s\n%s", jerr.text, out);
+    assert_int_equal(json_array_size(doc), 4); /* {pp8, tg4} x {d0, d40} */
+    for (size_t i = 0; i < 4; i++) {
+        json_t *o = json_array_get(doc, i);
+        assert_int_equal((int)number(o, "n_prompt"), i < 2 ? 8 : 0);
+        assert_int_equal((int)number(o, "n_gen"), i < 2 ? 0 : 4);
+        assert_int_equal((int)number(o, "n_depth"), i % 2 ? 40 : 0);
+    }
+    json_decref(doc);
+    static const char *const lines[] = {
+        "pp8 @ d0, repetition 2: the cache holds 0 positions\n",
+        "pp8 @ d40, warm-up 1: the cache holds 40 positions\n",
+        "pp8 @ d40, repetition 2: the cache holds 40 positions\n",
+        "tg4 @ d40, repetition 1: the cache holds 40 positions\n",
+        "tg4 @ d40, repetition 2: the cache holds 40 positions\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        if (!strstr(err, lines[i]))
+            fail_msg("no line '%s' on stderr:\n%s", lines[i], err);
+    free(out);
+    free(err);
+
+    /* md names a deep test as llama-bench does */
+    const char *md_args[] = {"bench", "-m", model, "-p", "8",  "-n", "0",
+                             "-d",    "16", "-r",  "1",  "-t", "1",  NULL};
+    assert_int_equal(fx_test_run_cli(md_args, NULL, &out, &err), 0);
+    assert_non_null(strstr(out, "|        pp8 @ d16 |"));
+    free(out);
+    free(err);
+}
+
+/* --parallel -d: each configuration's sequences start at the depth (forks of one prefilled
+ * root), and the figures still count the positions the configuration evaluates. */
+FX_TEST(bench_depth_parallel_sequences_start_at_the_depth) {
+    const char *model = fx_test_fixture("models/llama-tiny.F32.gguf");
+    const char *args[] = {"bench", "-m", model, "--parallel", "1,3", "-npp", "8", "-ntg", "4", "-d",
+                          "0,37",  "-t", "1",   "--progress", "-o",  "json", NULL};
+    char *out, *err;
+    int rc = fx_test_run_cli(args, NULL, &out, &err);
+    if (rc != 0)
+        fail_msg("ferrox bench exited %d: %s", rc, err);
+    json_t *lines[6];
+    assert_int_equal(json_lines(out, lines, 6), 4);
+    for (int i = 0; i < 4; i++) {
+        int pl = i % 2 ? 3 : 1;
+        assert_int_equal((int)number(lines[i], "n_depth"), i < 2 ? 0 : 37);
+        assert_int_equal((int)number(lines[i], "pl"), pl);
+        assert_int_equal((int)number(lines[i], "n_kv"), pl * (8 + 4));
+        assert_true(number(lines[i], "n_kv_max") >= 37 + 3 * (8 + 4));
+        json_decref(lines[i]);
+    }
+    if (!strstr(err, "pp 8 tg 4 pl 3 @ d37: the sequences hold 37..37 positions\n") ||
+        !strstr(err, "pp 8 tg 4 pl 3 @ d0: the sequences hold 0..0 positions\n"))
+        fail_msg("stderr does not show the depths:\n%s", err);
+    free(out);
+    free(err);
+}
+
+FX_TEST(bench_depth_rejects_bad_lists) {
+    const char *model = fx_test_fixture("models/llama-tiny.F32.gguf");
+    static const char *const bad[] = {"-1", "4,x", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *args[] = {"bench", "-m", model, "--n-depth", bad[i], NULL};
+        char *err;
+        assert_int_equal(fx_test_run_cli(args, NULL, NULL, &err), 2);
+        assert_non_null(strstr(err, "bad list"));
+        free(err);
+    }
 }

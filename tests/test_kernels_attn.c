@@ -12,7 +12,7 @@
 
 static const char *const tables[] = {"generic", "avx2", "avx512"};
 
-enum { N_KEYS = 150, MAX_DIM = 128, N_Q = 40 };
+enum { N_KEYS = 150, MAX_DIM = 256, N_Q = 40 };
 
 struct case_data {
     float q[N_Q][MAX_DIM];
@@ -95,10 +95,13 @@ FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
             d.keys[j][i] = (float)fx_test_rng_normal(&rng);
             d.values[j][i] = (float)fx_test_rng_normal(&rng);
         }
-    static const int dims[] = {64, 128, 80, 8};
+    static const int dims[] = {64, 128, 256, 80, 8};
     static const int lengths[] = {1, 15, 64, 65, 150};
-    /* (rows, heads per row): 40 queries as the decoder groups them, and one query alone */
-    static const int shapes[][2] = {{5, 8}, {8, 5}, {20, 2}, {40, 1}};
+    /* (rows, heads per row): queries as the decoder groups them - many rows of a prefill, the
+     * 2-8 heads of one decode row or of a few rows, which the AVX-512 kernel holds in key lanes
+     * rather than query lanes - each against one query alone */
+    static const int shapes[][2] = {{5, 8}, {8, 5}, {20, 2}, {40, 1}, {1, 4},
+                                    {1, 2}, {2, 4}, {1, 8},  {3, 3}};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
         const struct fx_kernels *k = fx_kernels_named(tables[t]);
         if (!k)
@@ -120,7 +123,7 @@ FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
                         }
                         static float all[N_Q][MAX_DIM], one[MAX_DIM];
                         attend(k, &d, 0, n_rows, group, lo, hi, dim, softcap, sinks, all[0]);
-                        for (int o = 0; o < N_Q; o++) {
+                        for (int o = 0; o < n_rows * group; o++) {
                             int r = o / group;
                             attend(k, &d, o, 1, 1, &lo[r], &hi[r], dim, softcap, sinks, one);
                             assert_memory_equal(one, all[o], sizeof(float) * (size_t)dim);

@@ -1,11 +1,14 @@
 /* ferrox bench: llama-bench's options and table for ferrox.
  *
- *   pp<N>: prefill of N tokens with fx_forward_batch_last, in a fresh context each repetition
- *   tg<N>: N decode steps with fx_forward_token from an empty cache
+ *   pp<N>: prefill of N tokens with fx_forward_batch_last
+ *   tg<N>: N decode steps with fx_forward_token
  *
- * Each test runs once untimed (warm-up), then R timed repetitions; t/s is the mean +- standard
- * deviation over the repetitions. Tokens are drawn at random from the vocabulary (seeded), as in
- * llama-bench. -ctk / -ctv set the cache's key and value types.
+ * both after D tokens are already in the cache (-d, llama-bench's depth; "pp512 @ d4096"). The D
+ * tokens are evaluated once per test, untimed; before each repetition the cache is truncated
+ * back to them, so every repetition starts from the same D positions. Each test runs once
+ * untimed (warm-up), then R timed repetitions; t/s is the mean +- standard deviation over the
+ * repetitions. Tokens are drawn at random from the vocabulary (seeded), as in llama-bench.
+ * -ctk / -ctv set the cache's key and value types.
  *
  * With --parallel the command is llama-batched-bench instead (many sequences over a paged pool):
  * see bench_parallel.c. */
@@ -30,12 +33,14 @@ struct opts {
     int n_models;
     int *prompts, n_prompts;
     int *gens, n_gens;
+    int *depths, n_depths;
     int *threads, n_threads;
     int reps;
     bool reps_set;
     enum fx_bench_output out;
     enum fx_type type_k, type_v;
-    bool kv_set; /* -ctk or -ctv given: the md table shows the types */
+    bool kv_set;   /* -ctk or -ctv given: the md table shows the types */
+    bool progress; /* --progress: a line on stderr per test and repetition */
     /* --parallel: llama-batched-bench's lists (NULL: not that mode) and rows per step */
     int *par_pl, n_par_pl;
     int *par_pp, n_par_pp;
@@ -47,7 +52,7 @@ struct result {
     const char *path;
     char desc[96];
     uint64_t size, n_params;
-    int n_threads, n_prompt, n_gen, reps;
+    int n_threads, n_prompt, n_gen, n_depth, reps;
     enum fx_type type_k, type_v;
     double *samples_ts; /* [reps] */
     double avg_ts, stddev_ts;
@@ -56,17 +61,22 @@ struct result {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... [-p N,N...] [-n N,N...]\n"
-            "                    [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE] [-ctv TYPE]\n"
+            "                    [-d N,N...] [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE]\n"
+            "                    [-ctv TYPE] [--progress]\n"
             "       ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... --parallel N,N...\n"
-            "                    [-npp N,N...] [-ntg N,N...] [-b N] [-t N,N...] [-r REPS] ...\n\n"
+            "                    [-npp N,N...] [-ntg N,N...] [-d N,N...] [-b N] [-t N,N...]\n"
+            "                    [-r REPS] ...\n\n"
             "  -m FILE             a GGUF model (repeatable)\n"
             "  --synth SHAPE:TYPE  a model made by 'ferrox synth' for this run, e.g.\n"
             "                      smollm2-135m:Q4_K_M (repeatable)\n"
             "  -p LIST             prompt lengths for pp tests (default 512; 0 for none)\n"
             "  -n LIST             generation lengths for tg tests (default 128; 0 for none)\n"
+            "  -d, --n-depth LIST  tokens already in the cache when each test starts (default 0)\n"
             "  -t LIST             thread counts (default: the number of CPUs)\n"
             "  -r N                timed repetitions per test (default 5)\n"
             "  -o FORMAT           md (default), csv or json\n"
+            "  --progress          a line on stderr as each test and repetition starts, with the\n"
+            "                      positions the cache holds\n"
             "  -ctk, --cache-type-k TYPE\n"
             "  -ctv, --cache-type-v TYPE\n"
             "                      KV cache key / value type: f32, f16 (default) or q8_0\n"
@@ -78,6 +88,8 @@ static void usage(FILE *out) {
             "  -ntg, --n-gen-parallel LIST\n"
             "                      generated tokens per sequence for --parallel (default 128)\n"
             "  -b, --batch-size N  rows per step of a --parallel prefill (default 512)\n"
+            "                      (with -d, the depth is one sequence's, which every sequence\n"
+            "                      shares as a common prefix, as a system prompt is shared)\n"
             "                      (-r defaults to 1 with --parallel; figures are means)\n");
 }
 
@@ -135,11 +147,14 @@ void fx_cli_bench_random_tokens(fx_token *t, int n, int n_vocab) {
     }
 }
 
-static struct fx_context *make_context(const struct fx_model *m, int n_ctx,
+/* A context of n_ctx positions whose calls run in chunks of at most max(n_batch, 512) rows:
+ * a pp test is one call of n_batch rows, a deep cache is filled 512 rows a call at most. */
+static struct fx_context *make_context(const struct fx_model *m, int n_ctx, int n_batch,
                                        const struct result *r) {
     struct fx_context_params p = fx_context_default_params();
     p.n_ctx = n_ctx;
-    p.n_batch = n_ctx;
+    p.n_batch = n_batch > 512 ? n_batch : 512;
+    p.n_batch = p.n_batch < n_ctx ? p.n_batch : n_ctx;
     p.n_threads = r->n_threads;
     p.type_k = r->type_k;
     p.type_v = r->type_v;
@@ -152,40 +167,38 @@ static struct fx_context *make_context(const struct fx_model *m, int n_ctx,
     return ctx;
 }
 
-/* One test: pp (n_prompt > 0) or tg (n_gen > 0). Fills r->samples_ts. */
-static int run_test(const struct fx_model *m, struct result *r) {
+/* One test: pp (n_prompt > 0) or tg (n_gen > 0) after n_depth tokens. Fills r->samples_ts.
+ * tokens: [n_depth + n], the depth's tokens then the test's. */
+static int run_test(const struct fx_model *m, struct result *r, bool progress) {
     int n_vocab = fx_model_n_vocab(m);
-    int n = r->n_prompt ? r->n_prompt : r->n_gen;
-    fx_token *tokens = malloc(sizeof(fx_token) * (size_t)n);
+    int n = r->n_prompt ? r->n_prompt : r->n_gen, d = r->n_depth;
+    fx_token *tokens = malloc(sizeof(fx_token) * ((size_t)d + (size_t)n));
     float *logits = malloc(sizeof(float) * (size_t)n_vocab);
     struct fx_context *ctx = NULL;
     struct fx_error err;
+    fx_status st = FX_OK;
     int rc = 1;
-    if (!tokens || !logits)
+    if (!tokens || !logits || !(ctx = make_context(m, d + n, r->n_prompt, r)))
         goto done;
-    fx_cli_bench_random_tokens(tokens, n, n_vocab);
+    fx_cli_bench_random_tokens(tokens, d + n, n_vocab);
+    if (d > 0 && (st = fx_forward_batch_last(ctx, tokens, d, 0, logits, &err)))
+        goto done;
     for (int rep = -1; rep < r->reps; rep++) { /* rep -1: warm-up */
-        double t0 = 0.0, t1 = 0.0;
-        fx_status st = FX_OK;
-        if (r->n_prompt) {
-            fx_context_free(ctx);
-            if (!(ctx = make_context(m, n, r)))
-                goto done;
-            t0 = fx_cli_now();
-            st = fx_forward_batch_last(ctx, tokens, n, 0, logits, &err);
-            t1 = fx_cli_now();
-        } else {
-            if (!ctx && !(ctx = make_context(m, n, r)))
-                goto done;
-            t0 = fx_cli_now();
-            for (int i = 0; i < n && st == FX_OK; i++)
-                st = fx_forward_token(ctx, tokens[i], i, logits, &err);
-            t1 = fx_cli_now();
-        }
-        if (st) {
-            fprintf(stderr, "ferrox bench: %s\n", err.msg);
+        if ((st = fx_context_kv_truncate(ctx, d, &err)))
             goto done;
-        }
+        if (progress)
+            fprintf(stderr, "ferrox bench: %s%d @ d%d, %s %d: the cache holds %d positions\n",
+                    r->n_prompt ? "pp" : "tg", n, d, rep < 0 ? "warm-up" : "repetition",
+                    rep < 0 ? 1 : rep + 1, fx_context_kv_len(ctx));
+        double t0 = fx_cli_now();
+        if (r->n_prompt)
+            st = fx_forward_batch_last(ctx, tokens + d, n, d, logits, &err);
+        else
+            for (int i = 0; i < n && st == FX_OK; i++)
+                st = fx_forward_token(ctx, tokens[d + i], d + i, logits, &err);
+        double t1 = fx_cli_now();
+        if (st)
+            goto done;
         if (rep >= 0)
             r->samples_ts[rep] = n / (t1 - t0);
     }
@@ -193,6 +206,8 @@ static int run_test(const struct fx_model *m, struct result *r) {
     r->stddev_ts = stddev(r->samples_ts, r->reps);
     rc = 0;
 done:
+    if (st)
+        fprintf(stderr, "ferrox bench: %s\n", err.msg);
     fx_context_free(ctx);
     free(tokens);
     free(logits);
@@ -200,24 +215,39 @@ done:
 }
 
 /* The md table shows type_k and type_v only when -ctk or -ctv was given, as llama-bench shows
- * only the columns whose values are not the defaults. */
-static void print_md_header(bool kv) {
+ * only the columns whose values are not the defaults. The test column is wider when a test
+ * carries a depth ("pp512 @ d16384"). */
+static bool any_depth(const struct opts *o) {
+    for (int i = 0; i < o->n_depths; i++)
+        if (o->depths[i] > 0)
+            return true;
+    return false;
+}
+
+static int test_width(const struct opts *o) {
+    return any_depth(o) ? 16 : 10;
+}
+
+static void print_md_header(bool kv, int tw) {
     printf("| %-30s | %10s | %10s | %-7s | %7s |", "model", "size", "params", "backend", "threads");
     if (kv)
         printf(" %6s | %6s |", "type_k", "type_v");
-    printf(" %10s | %20s |\n", "test", "t/s");
+    printf(" %*s | %20s |\n", tw, "test", "t/s");
     printf("| %.30s | %.9s: | %.9s: | %.7s | %.6s: |", "------------------------------",
            "----------", "----------", "-------", "-------");
     if (kv)
         printf(" %.6s | %.6s |", "------", "------");
-    printf(" %.9s: | %.19s: |\n", "----------", "--------------------");
+    printf(" %.*s: | %.19s: |\n", tw - 1, "----------------", "--------------------");
 }
 
-static void print_row(const struct result *r, enum fx_bench_output out, bool kv, json_t *json) {
+static void print_row(const struct result *r, enum fx_bench_output out, bool kv, int tw,
+                      json_t *json) {
     const char *tk = fx_cli_kv_type_name(r->type_k), *tv = fx_cli_kv_type_name(r->type_v);
-    char test[32];
-    snprintf(test, sizeof test, r->n_prompt ? "pp%d" : "tg%d",
-             r->n_prompt ? r->n_prompt : r->n_gen);
+    char test[48];
+    int len = snprintf(test, sizeof test, r->n_prompt ? "pp%d" : "tg%d",
+                       r->n_prompt ? r->n_prompt : r->n_gen);
+    if (r->n_depth > 0)
+        snprintf(test + len, sizeof test - (size_t)len, " @ d%d", r->n_depth);
     double mib = (double)r->size / (1024.0 * 1024.0);
     if (out == FX_BENCH_MD) {
         char size[32], params[32], ts[48];
@@ -230,11 +260,11 @@ static void print_row(const struct result *r, enum fx_bench_output out, bool kv,
         printf("| %-30s | %10s | %10s | %-7s | %7d |", r->desc, size, params, "CPU", r->n_threads);
         if (kv)
             printf(" %6s | %6s |", tk, tv);
-        printf(" %10s | %20s |\n", test, ts);
+        printf(" %*s | %20s |\n", tw, test, ts);
     } else if (out == FX_BENCH_CSV) {
-        printf("\"%s\",\"%s\",%llu,%llu,%d,%s,%s,%d,%d,%.6f,%.6f\n", r->path, r->desc,
+        printf("\"%s\",\"%s\",%llu,%llu,%d,%s,%s,%d,%d,%d,%.6f,%.6f\n", r->path, r->desc,
                (unsigned long long)r->size, (unsigned long long)r->n_params, r->n_threads, tk, tv,
-               r->n_prompt, r->n_gen, r->avg_ts, r->stddev_ts);
+               r->n_prompt, r->n_gen, r->n_depth, r->avg_ts, r->stddev_ts);
     } else {
         json_t *samples = json_array();
         for (int i = 0; i < r->reps; i++)
@@ -250,6 +280,7 @@ static void print_row(const struct result *r, enum fx_bench_output out, bool kv,
         json_object_set_new(o, "type_v", json_string(tv));
         json_object_set_new(o, "n_prompt", json_integer(r->n_prompt));
         json_object_set_new(o, "n_gen", json_integer(r->n_gen));
+        json_object_set_new(o, "n_depth", json_integer(r->n_depth));
         json_object_set_new(o, "repetitions", json_integer(r->reps));
         json_object_set_new(o, "avg_ts", json_real(r->avg_ts));
         json_object_set_new(o, "stddev_ts", json_real(r->stddev_ts));
@@ -301,6 +332,8 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"synth", required_argument, NULL, 'S'},
                                          {"n-prompt", required_argument, NULL, 'p'},
                                          {"n-gen", required_argument, NULL, 'n'},
+                                         {"n-depth", required_argument, NULL, 'd'},
+                                         {"progress", no_argument, NULL, 'R'},
                                          {"threads", required_argument, NULL, 't'},
                                          {"repetitions", required_argument, NULL, 'r'},
                                          {"output", required_argument, NULL, 'o'},
@@ -313,7 +346,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "m:p:n:t:r:o:b:h", opts, NULL)) != -1;) {
+    for (int c; (c = getopt_long(argc, argv, "m:p:n:d:t:r:o:b:h", opts, NULL)) != -1;) {
         switch (c) {
         case 'm':
         case 'S': {
@@ -334,9 +367,16 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         }
         case 'p':
         case 'n':
+        case 'd':
         case 't': {
-            int **list = c == 'p' ? &o->prompts : c == 'n' ? &o->gens : &o->threads;
-            int *count = c == 'p' ? &o->n_prompts : c == 'n' ? &o->n_gens : &o->n_threads;
+            int **list = c == 'p'   ? &o->prompts
+                         : c == 'n' ? &o->gens
+                         : c == 'd' ? &o->depths
+                                    : &o->threads;
+            int *count = c == 'p'   ? &o->n_prompts
+                         : c == 'n' ? &o->n_gens
+                         : c == 'd' ? &o->n_depths
+                                    : &o->n_threads;
             free(*list);
             *list = NULL;
             if (!fx_cli_parse_int_list(optarg, c == 't' ? 1 : 0, 1 << 20, list, count)) {
@@ -372,6 +412,9 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                 return 2;
             }
             o->kv_set = true;
+            break;
+        case 'R':
+            o->progress = true;
             break;
         case 'r':
             if (!fx_cli_parse_int(optarg, 1, 10000, &o->reps)) {
@@ -417,6 +460,10 @@ static int bench_parallel(const struct opts *o) {
         .n_tg = o->par_tg ? o->n_par_tg : 1,
         .pl = o->par_pl ? o->par_pl : default_pl,
         .n_pl = o->par_pl ? o->n_par_pl : 4,
+        .depth = o->depths,
+        .n_depth = o->n_depths,
+        .show_depth = any_depth(o),
+        .progress = o->progress,
         .n_batch = o->n_batch,
         .reps = o->reps_set ? o->reps : 1,
         .type_k = o->type_k,
@@ -455,11 +502,12 @@ static int bench_tests(const struct opts *o) {
     json_t *json = json_array();
     double *samples = calloc((size_t)o->reps, sizeof(double));
     int rc = json && samples ? 0 : 1;
+    int tw = test_width(o);
     if (rc == 0 && o->out == FX_BENCH_MD)
-        print_md_header(o->kv_set);
+        print_md_header(o->kv_set, tw);
     if (rc == 0 && o->out == FX_BENCH_CSV)
         printf("model_filename,model_type,model_size,model_n_params,n_threads,type_k,type_v,"
-               "n_prompt,n_gen,avg_ts,stddev_ts\n");
+               "n_prompt,n_gen,n_depth,avg_ts,stddev_ts\n");
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
         struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
         if (!m) {
@@ -481,8 +529,11 @@ static int bench_tests(const struct opts *o) {
                 r.n_gen = k < o->n_prompts ? 0 : o->gens[k - o->n_prompts];
                 if (r.n_prompt == 0 && r.n_gen == 0)
                     continue;
-                if ((rc = run_test(m, &r)) == 0)
-                    print_row(&r, o->out, o->kv_set, json);
+                for (int di = 0; rc == 0 && di < o->n_depths; di++) { /* llama-bench's order */
+                    r.n_depth = o->depths[di];
+                    if ((rc = run_test(m, &r, o->progress)) == 0)
+                        print_row(&r, o->out, o->kv_set, tw, json);
+                }
             }
         }
         fx_model_free(m);
@@ -503,13 +554,15 @@ int fx_cli_bench(int argc, char **argv) {
     struct opts o = {
         .reps = 5, .out = FX_BENCH_MD, .type_k = cp.type_k, .type_v = cp.type_v, .n_batch = 512};
     int rc = parse_args(argc, argv, &o);
-    static int default_p = 512, default_n = 128;
+    static int default_p = 512, default_n = 128, default_d = 0;
     int default_t = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (rc == 0) {
         if (!o.prompts)
             o.prompts = &default_p, o.n_prompts = 1;
         if (!o.gens)
             o.gens = &default_n, o.n_gens = 1;
+        if (!o.depths)
+            o.depths = &default_d, o.n_depths = 1;
         if (!o.threads)
             o.threads = &default_t, o.n_threads = 1;
         bool parallel = o.par_pl || o.par_pp || o.par_tg;
@@ -525,6 +578,8 @@ int fx_cli_bench(int argc, char **argv) {
         free(o.prompts);
     if (o.gens != &default_n)
         free(o.gens);
+    if (o.depths != &default_d)
+        free(o.depths);
     if (o.threads != &default_t)
         free(o.threads);
     free(o.par_pl);

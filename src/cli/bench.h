@@ -3,6 +3,7 @@
 #ifndef FX_CLI_BENCH_H
 #define FX_CLI_BENCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "ferrox.h"
@@ -21,12 +22,14 @@ void fx_cli_bench_describe(const struct fx_model *m, char *buf, size_t size);
 void fx_cli_bench_random_tokens(fx_token *t, int n, int n_vocab);
 
 /* What --parallel runs: every (pp, tg, pl) of the lists, nested in that order as
- * llama-batched-bench nests them, at n_threads threads. */
+ * llama-batched-bench nests them, at n_threads threads, for each depth of the list. */
 struct fx_bench_parallel {
-    const char *model_path; /* as given, for the JSON lines */
-    const char *model_desc; /* fx_cli_bench_describe's */
-    const int *pp, *tg, *pl;
-    int n_pp, n_tg, n_pl;
+    const char *model_path;          /* as given, for the JSON lines */
+    const char *model_desc;          /* fx_cli_bench_describe's */
+    const int *pp, *tg, *pl, *depth; /* depth: positions each sequence starts with (-d) */
+    int n_pp, n_tg, n_pl, n_depth;
+    bool show_depth; /* -d given: the md table has a D column */
+    bool progress;   /* a line on stderr per configuration with the sequences' lengths */
     int n_threads, n_batch, reps;
     enum fx_type type_k, type_v;
     enum fx_bench_output out;

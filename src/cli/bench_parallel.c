@@ -12,7 +12,13 @@
  * n_kv = pl*(pp + tg), speed = n_kv / (t_pp + t_tg). One context and one pool, sized for the
  * largest configuration, serve every configuration; between two the sequences are freed and the
  * prefix cache emptied, so that no configuration reuses another's blocks. The first configuration
- * runs once untimed first (warm-up); with -r R each figure is the mean of R runs. */
+ * runs once untimed first (warm-up); with -r R each figure is the mean of R runs.
+ *
+ * With a depth D (-d), one root sequence is prefilled with D random tokens, untimed, once per
+ * depth, and each configuration's pl sequences are forks of it: they start at position D sharing
+ * the root's blocks (a common prefix, as a system prompt is shared; the partly filled last block
+ * is copied by each sequence's first append). n_kv stays llama-batched-bench's pl*(pp + tg), the
+ * positions the configuration evaluates. */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -30,6 +36,8 @@ struct par_run {
     const struct fx_bench_parallel *p;
     struct fx_context *ctx;
     struct fx_kv_pool *pool;
+    fx_seq_id root; /* the depth's tokens, forked by every sequence of a configuration */
+    int depth;      /* the root's length; 0: no root */
     int n_vocab;
     int n_kv_max;       /* positions the pool holds */
     fx_seq_id *seq;     /* [max pl] live sequences */
@@ -52,8 +60,11 @@ static int max_of(const int *x, int n) {
     return m;
 }
 
-static int blocks_for(int pl, int n_pos) {
-    return pl * ((n_pos + BLOCK_SIZE - 1) / BLOCK_SIZE);
+/* Blocks pl sequences of n_pos positions each need after a shared root of depth positions:
+ * the root's blocks, and each sequence's own from the root's last (partly filled) block on. */
+static int64_t blocks_for(int depth, int pl, int n_pos) {
+    int64_t own = depth % BLOCK_SIZE + n_pos;
+    return (depth + BLOCK_SIZE - 1) / BLOCK_SIZE + pl * ((own + BLOCK_SIZE - 1) / BLOCK_SIZE);
 }
 
 /* The index of the largest logit, ties to the lowest: fx_cli_argmax's answer for finite logits,
@@ -84,14 +95,71 @@ static void release(struct par_run *r, int n_seq) {
     fx_kv_pool_clear_cache(r->pool);
 }
 
-/* One configuration, once. */
+static void free_root(struct par_run *r) {
+    if (r->depth > 0)
+        fx_kv_seq_free(r->pool, r->root);
+    r->depth = 0;
+    fx_kv_pool_clear_cache(r->pool);
+}
+
+/* The root sequence of depth random tokens, prefilled n_batch rows a step (untimed). */
+static int make_root(struct par_run *r, int depth) {
+    struct fx_error err;
+    fx_status st = fx_kv_seq_create(r->pool, &r->root, &err);
+    fx_token *token = malloc(sizeof(fx_token) * (size_t)depth);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)depth);
+    fx_seq_id *seq = malloc(sizeof(fx_seq_id) * (size_t)depth);
+    int8_t *want = calloc((size_t)depth, 1);
+    if (st == FX_OK && (!token || !pos || !seq || !want)) {
+        st = FX_ERR_NOMEM;
+        snprintf(err.msg, sizeof err.msg, "out of memory for %d rows", depth);
+    }
+    if (st == FX_OK) {
+        r->depth = depth; /* the root is alive: free_root frees it */
+        fx_cli_bench_random_tokens(token, depth, r->n_vocab);
+        for (int i = 0; i < depth; i++)
+            pos[i] = i, seq[i] = r->root;
+        want[depth - 1] = 1;
+    }
+    for (int i = 0; st == FX_OK && i < depth; i += r->p->n_batch) {
+        int n = depth - i < r->p->n_batch ? depth - i : r->p->n_batch;
+        struct fx_batch b = {
+            .n = n, .token = token + i, .pos = pos + i, .seq = seq + i, .logits = want + i};
+        st = fx_forward_multi_seq(r->ctx, r->pool, &b, r->logits, &err);
+    }
+    free(token);
+    free(pos);
+    free(seq);
+    free(want);
+    if (st) {
+        fprintf(stderr, "ferrox bench: --parallel depth %d: %s\n", depth, err.msg);
+        free_root(r);
+        return 1;
+    }
+    return 0;
+}
+
+/* One configuration, once, after the root's depth. */
 static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_times *t) {
     struct fx_error err;
     fx_status st = FX_OK;
-    int n_seq = 0;
+    int n_seq = 0, d = r->depth;
     for (; n_seq < pl; n_seq++)
-        if ((st = fx_kv_seq_create(r->pool, &r->seq[n_seq], &err)) != FX_OK)
+        if ((st = d > 0 ? fx_kv_seq_fork(r->pool, r->root, &r->seq[n_seq], &err)
+                        : fx_kv_seq_create(r->pool, &r->seq[n_seq], &err)) != FX_OK)
             goto fail;
+    if (r->p->progress) {
+        int lo = INT32_MAX, hi = -1;
+        for (int j = 0; j < pl; j++) {
+            int32_t len = fx_kv_seq_len(r->pool, r->seq[j]);
+            lo = len < lo ? len : lo;
+            hi = len > hi ? len : hi;
+        }
+        fprintf(stderr,
+                "ferrox bench: --parallel pp %d tg %d pl %d @ d%d: the sequences hold %d..%d "
+                "positions\n",
+                pp, tg, pl, d, lo, hi);
+    }
 
     /* Prefill: the rows of sequence 0, then of sequence 1, ..., as llama-batched-bench adds
      * them to its batch. */
@@ -100,7 +168,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
     for (int j = 0; j < pl; j++)
         for (int i = 0; i < pp; i++) {
             int k = j * pp + i;
-            r->pos[k] = i;
+            r->pos[k] = d + i;
             r->row_seq[k] = r->seq[j];
             r->want[k] = i == pp - 1;
         }
@@ -130,7 +198,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
     double t2 = fx_cli_now();
     for (int i = 0; i < tg; i++) {
         for (int j = 0; j < pl; j++)
-            r->pos[j] = pp + i;
+            r->pos[j] = d + pp + i;
         if ((st = fx_forward_multi_seq(r->ctx, r->pool, &b, r->logits, &err)))
             goto fail;
         for (int j = 0; j < pl; j++)
@@ -142,7 +210,8 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
     t->t_tg = t3 - t2;
     return 0;
 fail:
-    fprintf(stderr, "ferrox bench: --parallel pp %d tg %d pl %d: %s\n", pp, tg, pl, err.msg);
+    fprintf(stderr, "ferrox bench: --parallel pp %d tg %d pl %d @ d%d: %s\n", pp, tg, pl, d,
+            err.msg);
     release(r, n_seq);
     return 1;
 }
@@ -157,12 +226,14 @@ static void print_config(const struct par_run *r, int pp, int tg, int pl,
     double speed = total > 0 ? n_kv / total : 0.0;
     const char *tk = fx_cli_kv_type_name(p->type_k), *tv = fx_cli_kv_type_name(p->type_v);
     if (p->out == FX_BENCH_MD) {
+        if (p->show_depth)
+            printf("|%6d ", r->depth);
         printf("|%6d | %6d | %4d | %6d | %8.3f | %8.2f | %8.3f | %8.2f | %8.3f | %8.2f |\n", pp, tg,
                pl, n_kv, t->t_pp, speed_pp, t->t_tg, speed_tg, total, speed);
     } else if (p->out == FX_BENCH_CSV) {
-        printf("\"%s\",\"%s\",%d,%d,%d,%s,%s,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n",
-               p->model_path, p->model_desc, r->n_kv_max, p->n_batch, p->n_threads, tk, tv, pp, tg,
-               pl, n_kv, t->t_pp, speed_pp, t->t_tg, speed_tg, total, speed);
+        printf("\"%s\",\"%s\",%d,%d,%d,%s,%s,%d,%d,%d,%d,%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f\n",
+               p->model_path, p->model_desc, r->n_kv_max, p->n_batch, p->n_threads, tk, tv,
+               r->depth, pp, tg, pl, n_kv, t->t_pp, speed_pp, t->t_tg, speed_tg, total, speed);
     } else {
         json_t *o = json_object();
         json_object_set_new(o, "model_filename", json_string(p->model_path));
@@ -176,6 +247,7 @@ static void print_config(const struct par_run *r, int pp, int tg, int pl,
         json_object_set_new(o, "type_k", json_string(tk));
         json_object_set_new(o, "type_v", json_string(tv));
         json_object_set_new(o, "repetitions", json_integer(p->reps));
+        json_object_set_new(o, "n_depth", json_integer(r->depth));
         json_object_set_new(o, "pp", json_integer(pp));
         json_object_set_new(o, "tg", json_integer(tg));
         json_object_set_new(o, "pl", json_integer(pl));
@@ -196,8 +268,8 @@ static void print_config(const struct par_run *r, int pp, int tg, int pl,
 }
 
 void fx_cli_bench_parallel_csv_header(void) {
-    printf("model_filename,model_type,n_kv_max,n_batch,n_threads,type_k,type_v,pp,tg,pl,n_kv,t_pp,"
-           "speed_pp,t_tg,speed_tg,t,speed\n");
+    printf("model_filename,model_type,n_kv_max,n_batch,n_threads,type_k,type_v,n_depth,pp,tg,pl,"
+           "n_kv,t_pp,speed_pp,t_tg,speed_tg,t,speed\n");
 }
 
 static int run_all(struct par_run *r) {
@@ -210,38 +282,51 @@ static int run_all(struct par_run *r) {
                "repetitions = %d\n\n",
                p->model_desc, r->n_kv_max, p->n_batch, p->n_threads, fx_cli_kv_type_name(p->type_k),
                fx_cli_kv_type_name(p->type_v), p->reps);
+        if (p->show_depth)
+            printf("|%6s ", "D");
         printf("|%6s | %6s | %4s | %6s | %8s | %8s | %8s | %8s | %8s | %8s |\n", "PP", "TG", "B",
                "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s");
+        if (p->show_depth)
+            printf("|%6s-", "------");
         printf("|%6s-|-%6s-|-%4s-|-%6s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|-%8s-|\n", "------", "------",
                "----", "------", "--------", "--------", "--------", "--------", "--------",
                "--------");
     }
-    for (int a = 0; a < p->n_pp; a++)
-        for (int b = 0; b < p->n_tg; b++)
-            for (int c = 0; c < p->n_pl; c++) {
-                struct par_times sum = {0.0, 0.0};
-                for (int rep = 0; rep < p->reps; rep++) {
-                    if (run_config(r, p->pp[a], p->tg[b], p->pl[c], &t))
-                        return 1;
-                    sum.t_pp += t.t_pp;
-                    sum.t_tg += t.t_tg;
+    for (int di = 0; di < p->n_depth; di++) {
+        if (p->depth[di] > 0 && make_root(r, p->depth[di]))
+            return 1;
+        for (int a = 0; a < p->n_pp; a++)
+            for (int b = 0; b < p->n_tg; b++)
+                for (int c = 0; c < p->n_pl; c++) {
+                    struct par_times sum = {0.0, 0.0};
+                    for (int rep = 0; rep < p->reps; rep++) {
+                        if (run_config(r, p->pp[a], p->tg[b], p->pl[c], &t)) {
+                            free_root(r);
+                            return 1;
+                        }
+                        sum.t_pp += t.t_pp;
+                        sum.t_tg += t.t_tg;
+                    }
+                    sum.t_pp /= p->reps;
+                    sum.t_tg /= p->reps;
+                    print_config(r, p->pp[a], p->tg[b], p->pl[c], &sum);
                 }
-                sum.t_pp /= p->reps;
-                sum.t_tg /= p->reps;
-                print_config(r, p->pp[a], p->tg[b], p->pl[c], &sum);
-            }
+        free_root(r);
+    }
     return 0;
 }
 
 int fx_cli_bench_parallel(const struct fx_model *m, const struct fx_bench_parallel *p) {
     int max_pp = max_of(p->pp, p->n_pp), max_tg = max_of(p->tg, p->n_tg);
-    int max_pl = max_of(p->pl, p->n_pl), max_blocks = 0;
-    for (int a = 0; a < p->n_pp; a++)
-        for (int b = 0; b < p->n_tg; b++)
-            for (int c = 0; c < p->n_pl; c++) {
-                int n = blocks_for(p->pl[c], p->pp[a] + p->tg[b]);
-                max_blocks = n > max_blocks ? n : max_blocks;
-            }
+    int max_pl = max_of(p->pl, p->n_pl), max_d = max_of(p->depth, p->n_depth);
+    int64_t max_blocks = blocks_for(0, p->pl[0], p->pp[0] + p->tg[0]); /* the warm-up's */
+    for (int di = 0; di < p->n_depth; di++)
+        for (int a = 0; a < p->n_pp; a++)
+            for (int b = 0; b < p->n_tg; b++)
+                for (int c = 0; c < p->n_pl; c++) {
+                    int64_t n = blocks_for(p->depth[di], p->pl[c], p->pp[a] + p->tg[b]);
+                    max_blocks = n > max_blocks ? n : max_blocks;
+                }
     struct par_run r = {.p = p, .n_vocab = fx_model_n_vocab(m)};
     struct fx_error err;
     int rc = 1;
@@ -252,16 +337,16 @@ int fx_cli_bench_parallel(const struct fx_model *m, const struct fx_bench_parall
     }
 
     struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = max_pp + max_tg;
+    cp.n_ctx = max_d + max_pp + max_tg;
     cp.n_batch = p->n_batch;
     cp.n_threads = p->n_threads;
     cp.type_k = p->type_k;
     cp.type_v = p->type_v;
     cp.paged_only = true;
     struct fx_kv_pool_params kp = fx_kv_pool_default_params();
-    kp.n_blocks = max_blocks;
+    kp.n_blocks = (int32_t)max_blocks;
     kp.block_size = BLOCK_SIZE;
-    kp.n_seq_max = max_pl;
+    kp.n_seq_max = max_pl + 1; /* and the depth's root */
     kp.type_k = p->type_k;
     kp.type_v = p->type_v;
     if (fx_context_create(m, &cp, &r.ctx, &err) != FX_OK ||
@@ -269,7 +354,7 @@ int fx_cli_bench_parallel(const struct fx_model *m, const struct fx_bench_parall
         fprintf(stderr, "ferrox bench: %s\n", err.msg);
         goto done;
     }
-    r.n_kv_max = max_blocks * BLOCK_SIZE;
+    r.n_kv_max = (int)max_blocks * BLOCK_SIZE;
 
     size_t rows = (size_t)max_pl * (size_t)max_pp;
     rows = rows > (size_t)max_pl ? rows : (size_t)max_pl;

@@ -1,6 +1,7 @@
 /* Attention with an online softmax (kernels.h, fx_attn_begin / attn_run / attn_finish): the
  * state every table shares, and the plain C reference, query by query. Each key's score is a
- * dot product summed in element order; the values are accumulated in key order, each step a
+ * dot product summed in element order; the weights are summed in the contract's order (sixteen
+ * partials by key mod 16, then pairwise); the values are accumulated in key order, each step a
  * multiply and an add. */
 #include <math.h>
 
@@ -8,7 +9,8 @@
 
 int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v) {
     int64_t n_pad = (n_q + 15) / 16 * 16;
-    return n_pad * (dim_k + 3 + FX_ATTN_RUN) + (n_q * dim_v + 15) / 16 * 16;
+    return n_pad * (dim_k + 3 + FX_ATTN_RUN) + (n_q * dim_v + 15) / 16 * 16 +
+           (dim_k + 15) / 16 * 16 * FX_ATTN_RUN;
 }
 
 void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
@@ -27,6 +29,7 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
     st->l = st->m + n_pad;
     st->c = st->l + n_pad;
     st->acc = st->c + n_pad;
+    st->kt = st->acc + (n_q * dim_v + 15) / 16 * 16;
     for (int64_t o = 0; o < n_pad; o++) {
         const float *qo = q + o / group * q_row_stride + o % group * dim_k;
         for (int64_t i = 0; i < dim_k; i++)
@@ -64,17 +67,20 @@ void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const i
         float m_new = st->m[o] > run_max ? st->m[o] : run_max;
         float c = expf(st->m[o] - m_new); /* 0 for the first run (m = -inf) */
         float *a = st->acc + o * st->dim_v;
-        float sum = 0.0f;
+        float part[16] = {0};
         for (int64_t i = 0; i < st->dim_v; i++)
             a[i] *= c;
         for (int64_t j = j0; j <= j1; j++) {
             float p = expf(s[j - j0] - m_new);
-            sum += p;
+            part[j % 16] += p;
             const float *v = values + j * v_stride;
             for (int64_t i = 0; i < st->dim_v; i++)
                 a[i] += p * v[i];
         }
-        st->l[o] = st->l[o] * c + sum;
+        for (int w = 8; w >= 1; w /= 2)
+            for (int i = 0; i < w; i++)
+                part[i] += part[i + w];
+        st->l[o] = st->l[o] * c + part[0];
         st->m[o] = m_new;
     }
 }

@@ -130,6 +130,7 @@ struct fx_attn_state {
     float *l;   /* [n_pad] sum of weights */
     float *c;   /* [n_pad] the latest run's rescale of acc and l */
     float *p;   /* [FX_ATTN_RUN][n_pad] one run's scores, then weights */
+    float *kt;  /* [dim_k][FX_ATTN_RUN] scratch for a run's keys, transposed */
 };
 
 /* Floats of memory an attention state of n_q queries needs (a multiple of 16). */
@@ -208,6 +209,9 @@ struct fx_kernels {
      *   s_j = scale * (q_o . k_j), then s_j = softcap * tanh(s_j / softcap) when softcap > 0
      *   m' = max(m, max_j s_j);  c = e^(m - m');  p_j = e^(s_j - m')
      *   l = l * c + sum_j p_j;   acc = acc * c + sum_j p_j v_j  (keys in order)
+     * where sum_j p_j is added in one fixed order: sixteen partial sums, key j (of the run) into
+     * partial j mod 16 in key order, then partial i + partial i + 8, that + i + 4, + i + 2,
+     * + i + 1 (a kernel may then hold a run's keys in lanes or its queries, to the same bits).
      * A query whose keys come in the same runs always gets the same bits, whatever the other
      * queries of the state see (the decoder cuts runs at fixed absolute positions). */
     void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,

@@ -1,17 +1,30 @@
-/* Attention with AVX-512 (kernels.h, attn_run), online softmax, one query per lane.
+/* Attention with AVX-512 (kernels.h, attn_run), online softmax, in two layouts that give the
+ * same bits.
  *
- * Scores: the state keeps the queries transposed (qt[i][o]), so 16 queries' scores for key j
- * are bcast(k_j[i]) * qt[i][16 queries] summed over i = 0 .. dim - 1 in order: each query's
- * dot product is its own lane's chain of fused multiply-adds, the same whichever queries share
- * the vector, and no horizontal sums are needed. Blocks of keys (16 keys of one vector of
- * queries, or 8 keys of two) keep 16 independent chains going.
- * Softmax: lane by lane, keys in order. A key a query does not see scores -inf, so its weight
- * is +0, and adding +0 changes no sum: a query's bits depend on its own keys and runs only.
- * Values: each output's accumulators stay in registers while the value rows stream by, one
- * fused multiply-add per key and chunk, keys in order; tiles of 6 outputs x 64 elements (24
- * accumulators) share each load of a value row's 64 elements.
+ * Query lanes (many queries: prefill, batches): the state keeps the queries transposed
+ * (qt[i][o]), so 16 queries' scores for key j are bcast(k_j[i]) * qt[i][16 queries] summed over
+ * i = 0 .. dim - 1 in order: each query's dot product is its own lane's chain of fused
+ * multiply-adds, the same whichever queries share the vector, and no horizontal sums are needed.
+ * Blocks of keys (16 keys of one vector of queries, or 8 keys of two) keep 16 independent chains
+ * going. Softmax lane by lane; the weights are summed into sixteen partials by key mod 16, then
+ * pairwise (the contract's order).
  *
- * Head sizes 64 and 128 (with dim_k == dim_v); other sizes use the generic kernel. */
+ * Key lanes (at most 8 queries: decode, where a KV head's 2-8 query heads would fill a quarter
+ * of a vector of query lanes and each key would cost a full vector of work per element): the
+ * run's keys are transposed 16 at a time into st->kt ([dim][64]: element i of 16 keys in one
+ * vector), and each query's scores for 16 keys are bcast(q[i]) * kt[i][16 keys] summed over
+ * i in order, the same chain of fused multiply-adds as in query lanes. Softmax and the weight
+ * sums work on 16 keys a vector: the partial of key j mod 16 is lane j mod 16, added over the
+ * run's vectors in key order and then pairwise by shuffles, the contract's order again.
+ *
+ * In both, a key a query does not see scores -inf, so its weight is +0, and adding +0 changes
+ * no sum: a query's bits depend on its own keys and runs only. Values: each output's
+ * accumulators stay in registers while the value rows stream by, one fused multiply-add per key
+ * and chunk, keys in order; tiles of 6 outputs x 64 elements (24 accumulators) share each load
+ * of a value row's 64 elements. Every key and value row of a run is read once for all the
+ * queries of the state (the query heads of one KV head, of one or more rows).
+ *
+ * Head sizes 64, 128 and 256 (with dim_k == dim_v); other sizes use the generic kernel. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -108,13 +121,26 @@ SCORES(scores_d128_r1_k16, 128, 1, 16)
 SCORES(scores_d128_r2_k8, 128, 2, 8)
 SCORES(scores_d128_r1_k1, 128, 1, 1)
 SCORES(scores_d128_r2_k1, 128, 2, 1)
+SCORES(scores_d256_r1_k16, 256, 1, 16)
+SCORES(scores_d256_r2_k8, 256, 2, 8)
+SCORES(scores_d256_r1_k1, 256, 1, 1)
+SCORES(scores_d256_r2_k1, 256, 2, 1)
 #undef SCORES
+
+/* The query-lane kernels by head size: [dim / 64 - 1 ... as 64, 128, 256][two vectors][block] */
+static scores_fn scores_for(int64_t dim, int qr, bool block) {
+    static const scores_fn fns[3][2][2] = {
+        {{scores_d64_r1_k1, scores_d64_r1_k16}, {scores_d64_r2_k1, scores_d64_r2_k8}},
+        {{scores_d128_r1_k1, scores_d128_r1_k16}, {scores_d128_r2_k1, scores_d128_r2_k8}},
+        {{scores_d256_r1_k1, scores_d256_r1_k16}, {scores_d256_r2_k1, scores_d256_r2_k8}}};
+    return fns[dim == 64 ? 0 : dim == 128 ? 1 : 2][qr - 1][block];
+}
 
 /* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats for NQ outputs (rows
  * of dim floats at acc; the chunks' values at `values`, rows of v_stride floats), keys j0 .. j1
- * in order (p: rows of n_pad floats). */
-FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p,
-                              int64_t n_pad, const float *values, int64_t v_stride, int64_t j0,
+ * in order (weight p[j][o] at p + j * pj + o * po: query lanes [j][n_pad], key lanes [o][64]). */
+FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
+                              int64_t po, const float *values, int64_t v_stride, int64_t j0,
                               int64_t j1, const int NQ, const int NC) {
     __m512 a[6][4];
 #pragma GCC unroll 6
@@ -123,13 +149,13 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
         for (int k = 0; k < NC; k++)
             a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
     for (int64_t j = j0; j <= j1; j++) {
-        const float *v = values + j * v_stride, *pj = p + j * n_pad;
+        const float *v = values + j * v_stride, *w = p + j * pj;
 #pragma GCC unroll 4
         for (int k = 0; k < NC; k++) {
             __m512 vk = _mm512_loadu_ps(v + k * 16);
 #pragma GCC unroll 6
             for (int o = 0; o < NQ; o++)
-                a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(pj[o]), vk, a[o][k]);
+                a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(w[o * po]), vk, a[o][k]);
         }
     }
 #pragma GCC unroll 6
@@ -139,15 +165,17 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
             _mm512_storeu_ps(acc + o * dim + k * 16, a[o][k]);
 }
 
-typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t n_pad,
-                          const float *values, int64_t v_stride, int64_t j0, int64_t j1);
+typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
+                          int64_t po, const float *values, int64_t v_stride, int64_t j0,
+                          int64_t j1);
 
 /* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
  * elements serves 6 outputs. */
 #define VALUES(NAME, NQ)                                                                           \
-    NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t n_pad,     \
-                       const float *values, int64_t v_stride, int64_t j0, int64_t j1) {            \
-        values_tile(acc, dim, c, p, n_pad, values, v_stride, j0, j1, NQ, 4);                       \
+    NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,        \
+                       int64_t po, const float *values, int64_t v_stride, int64_t j0,              \
+                       int64_t j1) {                                                               \
+        values_tile(acc, dim, c, p, pj, po, values, v_stride, j0, j1, NQ, 4);                      \
     }
 VALUES(values_q1, 1)
 VALUES(values_q2, 2)
@@ -171,6 +199,30 @@ static void span(const struct fx_attn_state *st, const int32_t *first, const int
         }
 }
 
+/* A score s (16 of them) scaled, capped, and -inf where the key is not seen. */
+FORCE_INLINE __m512 score16(__m512 s, __mmask16 seen, float scale, float softcap) {
+    s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
+    if (softcap > 0.0f)
+        s = softcap16(s, softcap);
+    return _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
+}
+
+/* What a run's weights are taken relative to: the new maximum, or 0 for a query that has seen
+ * no key yet (m = -inf), so that its weights and rescale come out 0 rather than NaN. */
+FORCE_INLINE __m512 subtrahend16(__m512 m_new) {
+    __mmask16 live = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
+    return _mm512_maskz_mov_ps(live, m_new);
+}
+
+/* Folds a run into the 16 queries from o0: c = e^(m - m_sub), l = l * c + sum, m = m_new. */
+FORCE_INLINE void fold16(struct fx_attn_state *st, int64_t o0, __m512 m_old, __m512 m_new,
+                         __m512 m_sub, __m512 sum) {
+    __m512 c = exp16(_mm512_sub_ps(m_old, m_sub));
+    _mm512_store_ps(st->c + o0, c);
+    _mm512_store_ps(st->l + o0, _mm512_fmadd_ps(_mm512_load_ps(st->l + o0), c, sum));
+    _mm512_store_ps(st->m + o0, m_new);
+}
+
 /* Softmax of one vector of 16 queries (lanes o0 ..): mask, scale and cap the scores of keys
  * j0 .. j1, fold the run into m and l, leave the weights in p and the rescale in c. */
 static void softmax_lanes(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
@@ -187,49 +239,234 @@ static void softmax_lanes(struct fx_attn_state *st, const int32_t *first, const 
     for (int64_t j = j0; j <= j1; j++) {
         __m512i jv = _mm512_set1_epi32((int32_t)j);
         __mmask16 seen = _mm512_cmple_epi32_mask(fv, jv) & _mm512_cmpge_epi32_mask(lv, jv);
-        __m512 s = _mm512_mul_ps(_mm512_load_ps(p + j * st->n_pad), _mm512_set1_ps(scale));
-        if (softcap > 0.0f)
-            s = softcap16(s, softcap);
-        s = _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
+        __m512 s = score16(_mm512_load_ps(p + j * st->n_pad), seen, scale, softcap);
         run_max = _mm512_max_ps(run_max, s);
         _mm512_store_ps(p + j * st->n_pad, s);
     }
     __m512 m_old = _mm512_load_ps(st->m + o0), m_new = _mm512_max_ps(m_old, run_max);
-    /* A lane that has seen no key yet keeps m = -inf; it subtracts 0 instead, so that its
-     * weights and rescale come out 0 rather than NaN. */
-    __mmask16 live = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-    __m512 m_sub = _mm512_maskz_mov_ps(live, m_new);
-    __m512 sum = _mm512_setzero_ps();
+    __m512 m_sub = subtrahend16(m_new);
+    __m512 part[16]; /* part[j % 16]: the contract's partial sums */
+    for (int i = 0; i < 16; i++)
+        part[i] = _mm512_setzero_ps();
     for (int64_t j = j0; j <= j1; j++) {
         __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(p + j * st->n_pad), m_sub));
-        sum = _mm512_add_ps(sum, e);
+        part[j % 16] = _mm512_add_ps(part[j % 16], e);
         _mm512_store_ps(p + j * st->n_pad, e);
     }
-    __m512 c = exp16(_mm512_sub_ps(m_old, m_sub));
-    _mm512_store_ps(st->c + o0, c);
-    _mm512_store_ps(st->l + o0, _mm512_fmadd_ps(_mm512_load_ps(st->l + o0), c, sum));
-    _mm512_store_ps(st->m + o0, m_new);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++)
+            part[i] = _mm512_add_ps(part[i], part[i + w]);
+    fold16(st, o0, m_old, m_new, m_sub, part[0]);
+}
+
+/* Lane 0 of the result: lane i + lane i + 8, + i + 4, + i + 2, + i + 1 (the contract's pairwise
+ * sum of the partials of keys mod 16, held in lanes). */
+FORCE_INLINE float sum_partials16(__m512 v) {
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_cvtss_f32(v);
+}
+
+/* r[i] = the transpose of r: r[i] held row i of a 16 x 16 block, now column i. */
+FORCE_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 16; k += 4)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[k + h]), b = _mm512_castps_pd(t[k + h + 2]);
+            r[k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+        t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xdd);
+        t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+        t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xdd);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+}
+
+/* kt[i][16 b + jj] = keys[16 b + jj][i] for blocks b0 .. b1 of 16 keys, keys past j1 as 0 (they
+ * may lie past the run). kt: [dim][FX_ATTN_RUN]. */
+static void transpose_keys(float *kt, const float *keys, int64_t k_stride, int64_t dim, int64_t b0,
+                           int64_t b1, int64_t j1) {
+    for (int64_t b = b0; b <= b1; b++) {
+        const float *kb = keys + 16 * b * k_stride;
+        int n = j1 - 16 * b + 1 < 16 ? (int)(j1 - 16 * b + 1) : 16;
+        for (int64_t i0 = 0; i0 < dim; i0 += 16) {
+            __m512 r[16];
+            if (n == 16) {
+#pragma GCC unroll 16
+                for (int jj = 0; jj < 16; jj++)
+                    r[jj] = _mm512_loadu_ps(kb + jj * k_stride + i0);
+            } else {
+                for (int jj = 0; jj < 16; jj++)
+                    r[jj] = jj < n ? _mm512_loadu_ps(kb + jj * k_stride + i0) : _mm512_setzero_ps();
+            }
+            transpose16(r);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                _mm512_store_ps(kt + (i0 + i) * FX_ATTN_RUN + 16 * b, r[i]);
+        }
+    }
+}
+
+/* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
+ * keys (kt + 16 b, rows of FX_ATTN_RUN floats): NB x QG chains of fused multiply-adds over the
+ * elements in order. s: rows of FX_ATTN_RUN floats. */
+FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const float *kt,
+                              int64_t dim, const int QG, const int NB) {
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int q = 0; q < QG; q++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            acc[q][b] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < dim; i++) {
+        __m512 k[4];
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            k[b] = _mm512_load_ps(kt + i * FX_ATTN_RUN + 16 * b);
+#pragma GCC unroll 4
+        for (int q = 0; q < QG; q++) {
+            __m512 qi = _mm512_set1_ps(qt[i * n_pad + q]);
+#pragma GCC unroll 4
+            for (int b = 0; b < NB; b++)
+                acc[q][b] = _mm512_fmadd_ps(qi, k[b], acc[q][b]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < QG; q++)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; b++)
+            _mm512_store_ps(s + q * FX_ATTN_RUN + 16 * b, acc[q][b]);
+}
+
+typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const float *kt,
+                               int64_t dim);
+
+#define SCORES_KEYS(QG, NB)                                                                        \
+    NOINLINE void scores_keys_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,              \
+                                            const float *kt, int64_t dim) {                        \
+        scores_keys(s, qt, n_pad, kt, dim, QG, NB);                                                \
+    }
+#define SCORES_KEYS_NB(QG)                                                                         \
+    SCORES_KEYS(QG, 1) SCORES_KEYS(QG, 2) SCORES_KEYS(QG, 3) SCORES_KEYS(QG, 4)
+SCORES_KEYS_NB(1)
+SCORES_KEYS_NB(2)
+SCORES_KEYS_NB(3)
+SCORES_KEYS_NB(4)
+#undef SCORES_KEYS_NB
+#undef SCORES_KEYS
+
+/* [queries - 1][blocks - 1] */
+static const scores_keys_fn scores_keys_by[4][4] = {
+    {scores_keys_q1_b1, scores_keys_q1_b2, scores_keys_q1_b3, scores_keys_q1_b4},
+    {scores_keys_q2_b1, scores_keys_q2_b2, scores_keys_q2_b3, scores_keys_q2_b4},
+    {scores_keys_q3_b1, scores_keys_q3_b2, scores_keys_q3_b3, scores_keys_q3_b4},
+    {scores_keys_q4_b1, scores_keys_q4_b2, scores_keys_q4_b3, scores_keys_q4_b4}};
+
+/* Values for the queries o0 .. end - 1 (one vector of queries, whose softmax covered every key
+ * any of them sees): tiles of outputs x 64 elements that keep every accumulator in a register.
+ * Weight p[j][o] at st->p + j * pj + o * po. */
+static void values_range(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                         int64_t v0, int64_t end, int64_t pj, int64_t po, const float *values,
+                         int64_t v_stride) {
+    for (int64_t e0 = 0; e0 < st->dim_v; e0 += 64)
+        for (int64_t o0 = v0; o0 < end; o0 += 6) {
+            int64_t nq = end - o0 < 6 ? end - o0 : 6, j0, j1;
+            span(st, first, last, o0, o0 + nq, &j0, &j1);
+            if (j0 <= j1)
+                values_by_nq[nq](st->acc + o0 * st->dim_v + e0, st->dim_v, st->c + o0,
+                                 st->p + o0 * po, pj, po, values + e0, v_stride, j0, j1);
+        }
+}
+
+/* At most 8 queries, key lanes (the file's comment): the same bits as query lanes. */
+static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
+                          const float *keys, int64_t k_stride, const float *values,
+                          int64_t v_stride, float scale, float softcap) {
+    const int64_t dim = st->dim_k, n_q = st->n_q;
+    int64_t j0, j1;
+    span(st, first, last, 0, n_q, &j0, &j1);
+    if (j0 > j1)
+        return;
+    /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64). */
+    int64_t b0 = j0 / 16, b1 = j1 / 16;
+    transpose_keys(st->kt, keys, k_stride, dim, b0, b1, j1);
+    for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
+        int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
+        scores_keys_by[qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0, st->n_pad,
+                                        st->kt + 16 * b0, dim);
+    }
+    /* Masked scores and each query's maximum, then the weights and their sums. */
+    float run_max[16], sums[16], m_sub[16];
+    for (int64_t o = 0; o < 16; o++)
+        run_max[o] = -INFINITY, sums[o] = 0.0f;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t o = 0; o < n_q; o++) {
+        __m512i fv = _mm512_set1_epi32(first[o / st->group]);
+        __m512i lv = _mm512_set1_epi32(last[o / st->group]);
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        for (int64_t b = b0; b <= b1; b++) {
+            float *s = st->p + o * FX_ATTN_RUN + 16 * b;
+            __m512i jv = _mm512_add_epi32(iota, _mm512_set1_epi32((int32_t)(16 * b)));
+            __mmask16 seen = _mm512_cmple_epi32_mask(fv, jv) & _mm512_cmpge_epi32_mask(lv, jv);
+            __m512 sc = score16(_mm512_load_ps(s), seen, scale, softcap);
+            mx = _mm512_max_ps(mx, sc);
+            _mm512_store_ps(s, sc);
+        }
+        run_max[o] = _mm512_reduce_max_ps(mx); /* a maximum is exact in any order */
+    }
+    __m512 m_old = _mm512_load_ps(st->m), m_new = _mm512_max_ps(m_old, _mm512_loadu_ps(run_max));
+    __m512 m_subv = subtrahend16(m_new);
+    _mm512_storeu_ps(m_sub, m_subv);
+    for (int64_t o = 0; o < n_q; o++) {
+        __m512 part = _mm512_setzero_ps(), ms = _mm512_set1_ps(m_sub[o]);
+        for (int64_t b = b0; b <= b1; b++) {
+            float *s = st->p + o * FX_ATTN_RUN + 16 * b;
+            __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(s), ms));
+            part = _mm512_add_ps(part, e);
+            _mm512_store_ps(s, e);
+        }
+        sums[o] = sum_partials16(part);
+    }
+    fold16(st, 0, m_old, m_new, m_subv, _mm512_loadu_ps(sums));
+    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values, v_stride);
 }
 
 void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                         const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
                         int64_t n_keys, float scale, float softcap) {
     const int64_t dim = st->dim_k;
-    if (!(dim == st->dim_v && (dim == 64 || dim == 128))) {
+    if (!(dim == st->dim_v && (dim == 64 || dim == 128 || dim == 256))) {
         fx_attn_run_generic(st, first, last, keys, k_stride, values, v_stride, n_keys, scale,
                             softcap);
         return;
     }
-    const bool d64 = dim == 64;
+    if (st->n_q <= 8) {
+        run_key_lanes(st, first, last, keys, k_stride, values, v_stride, scale, softcap);
+        return;
+    }
     /* Scores, two vectors of queries at a time where there are two. */
     for (int64_t o0 = 0; o0 < st->n_q; o0 += 32) {
         int qr = st->n_pad - o0 >= 32 ? 2 : 1;
         int64_t j0, j1;
         span(st, first, last, o0, o0 + 16 * qr, &j0, &j1);
-        scores_fn block = qr == 2 ? (d64 ? scores_d64_r2_k8 : scores_d128_r2_k8)
-                                  : (d64 ? scores_d64_r1_k16 : scores_d128_r1_k16);
-        scores_fn single = qr == 2 ? (d64 ? scores_d64_r2_k1 : scores_d128_r2_k1)
-                                   : (d64 ? scores_d64_r1_k1 : scores_d128_r1_k1);
+        scores_fn block = scores_for(dim, qr, true), single = scores_for(dim, qr, false);
         int64_t kb = qr == 2 ? 8 : 16, j = j0;
         for (; j + kb <= j1 + 1; j += kb)
             block(st->p + j * st->n_pad + o0, st->n_pad, st->qt + o0, keys + j * k_stride,
@@ -244,17 +481,7 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
         if (j0 <= j1)
             softmax_lanes(st, first, last, o0, j0, j1, scale, softcap);
     }
-    /* Values: tiles of outputs x 64 elements that keep every accumulator in a register, within
-     * one vector of queries (whose softmax covered every key any of them sees). */
-    for (int64_t v0 = 0; v0 < st->n_q; v0 += 16) {
-        int64_t end = v0 + 16 < st->n_q ? v0 + 16 : st->n_q;
-        for (int64_t e0 = 0; e0 < dim; e0 += 64)
-            for (int64_t o0 = v0; o0 < end; o0 += 6) {
-                int64_t nq = end - o0 < 6 ? end - o0 : 6, j0, j1;
-                span(st, first, last, o0, o0 + nq, &j0, &j1);
-                if (j0 <= j1)
-                    values_by_nq[nq](st->acc + o0 * dim + e0, dim, st->c + o0, st->p + o0,
-                                     st->n_pad, values + e0, v_stride, j0, j1);
-            }
-    }
+    for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
+        values_range(st, first, last, v0, v0 + 16 < st->n_q ? v0 + 16 : st->n_q, st->n_pad, 1,
+                     values, v_stride);
 }
