@@ -7,6 +7,8 @@
 #   make fuzz            libFuzzer targets with clang (build/fuzz/)
 #   make format-check    clang-format check of every C file
 #   make WERROR=1        warnings are errors (CI)
+#   make CUDA=1          also the CUDA backend (src/cuda/, nvcc from CUDA_HOME) and its tests,
+#                        in build/release-cuda/; the default build needs no CUDA at all
 #
 # Every file is compiled for baseline x86-64 except the per-ISA kernel files, which get their own
 # -m flags below and are only called after run-time CPU detection.
@@ -50,13 +52,40 @@ CFLAGS_ALL := -std=c11 $(WARNINGS) $(MODE_CFLAGS) -pthread -MMD -MP $(CFLAGS)
 LDFLAGS_ALL := $(MODE_LDFLAGS) -pthread $(LDFLAGS)
 LDLIBS_ALL := -lpcre2-8 -ljansson -lmicrohttpd -lm $(LDLIBS)
 
-# Library sources: every .c under src/ except the command-line program.
-LIB_SRC := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c)))
+# Library sources: every .c under src/ except the command-line program and the CUDA backend.
+LIB_SRC := $(sort $(filter-out src/cli/% src/cuda/%,$(wildcard src/*/*.c src/*/*/*.c)))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
+TEST_SRC := $(sort $(filter-out tests/test_cuda_% tests/cuda_%,$(wildcard tests/*.c)))
 FUZZ_SRC := $(sort $(wildcard fuzz/*.c))
+CUDA_OBJ :=
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The CUDA backend: device code in src/cuda/*.cu compiled by nvcc for CUDA_ARCH (sm_90, the H200,
+# plus its PTX so that a newer GPU can compile it at load), host glue in src/cuda/*.c, and the
+# tests that need it (tests/test_cuda_*.c, tests/cuda_*.c). FX_HAVE_CUDA tells C code the
+# backend is there. `make CUDA=1 CUDA_ARCH=sm_90` builds the one architecture only (faster).
+CUDA ?= 0
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= sm_90+ptx
+ifeq ($(CUDA_ARCH),sm_90+ptx)
+NVCC_ARCH := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+else
+NVCC_ARCH := -arch=$(CUDA_ARCH)
+endif
+NVCC_FLAGS := -std=c++17 -O2 -lineinfo $(NVCC_ARCH) -Xcompiler -Wall,-Wextra -MMD -MP
+ifeq ($(WERROR),1)
+NVCC_FLAGS += --Werror all-warnings -Xcompiler -Werror
+endif
+BUILD := $(BUILD)-cuda
+CPPFLAGS_ALL += -DFX_HAVE_CUDA
+LIB_SRC += $(sort $(wildcard src/cuda/*.c))
+TEST_SRC += $(sort $(wildcard tests/test_cuda_*.c tests/cuda_*.c))
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(sort $(wildcard src/cuda/*.cu)))
+LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+endif
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
@@ -78,6 +107,10 @@ all: $(BIN) $(LIB)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(ISA_FLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(CPPFLAGS_ALL) $(NVCC_FLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)

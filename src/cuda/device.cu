@@ -1,0 +1,67 @@
+/* Devices and memory: discovery that answers "no device" as an ordinary result (a machine
+ * without a GPU, or without a driver, is the common case), and thin wrappers over the runtime's
+ * allocation and copies that report through struct fx_error. */
+#include <string.h>
+
+#include "cuda/internal.cuh"
+
+int fx_cuda_device_count(char *why, size_t why_size) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        if (why && why_size)
+            snprintf(why, why_size, "no CUDA device: %s",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "the driver lists none");
+        (void)cudaGetLastError(); /* the error is an answer here, not a pending failure */
+        return 0;
+    }
+    if (why && why_size)
+        why[0] = '\0';
+    return n;
+}
+
+fx_status fx_cuda_device_info(int device, struct fx_cuda_info *out, struct fx_error *err) {
+    cudaDeviceProp p;
+    fx_status st = fx_cuda_status(cudaGetDeviceProperties(&p, device), "device properties", err);
+    if (st != FX_OK)
+        return st;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->n_sm = p.multiProcessorCount;
+    out->mem_bytes = p.totalGlobalMem;
+    return FX_OK;
+}
+
+fx_status fx_cuda_use_device(int device, struct fx_error *err) {
+    return fx_cuda_status(cudaSetDevice(device), "set device", err);
+}
+
+void *fx_cuda_alloc(size_t bytes, struct fx_error *err) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        fx_cuda_fail(err, e == cudaErrorMemoryAllocation ? FX_ERR_NOMEM : FX_ERR_UNSUPPORTED,
+                     "cuda: allocating %zu bytes: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+void fx_cuda_free(void *d_ptr) {
+    if (d_ptr)
+        cudaFree(d_ptr);
+}
+
+fx_status fx_cuda_upload(void *d_dst, const void *src, size_t bytes, struct fx_error *err) {
+    return fx_cuda_status(cudaMemcpy(d_dst, src, bytes, cudaMemcpyHostToDevice), "upload", err);
+}
+
+fx_status fx_cuda_download(void *dst, const void *d_src, size_t bytes, struct fx_error *err) {
+    return fx_cuda_status(cudaMemcpy(dst, d_src, bytes, cudaMemcpyDeviceToHost), "download", err);
+}
+
+fx_status fx_cuda_sync(struct fx_error *err) {
+    return fx_cuda_status(cudaDeviceSynchronize(), "synchronize", err);
+}
