@@ -83,6 +83,8 @@ LIB_SRC += $(sort $(wildcard src/cuda/*.c))
 TEST_SRC += $(sort $(wildcard tests/test_cuda_*.c tests/cuda_*.c))
 CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(sort $(wildcard src/cuda/*.cu)))
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+# The device matmul's read rate per format on the benchmark models' shapes (tools/gpu/).
+CUDA_BENCH := $(BUILD)/ferrox-cuda-bench
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
@@ -102,7 +104,7 @@ $(BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 .PHONY: all test fuzz format format-check clean
 .DEFAULT_GOAL := all
 
-all: $(BIN) $(LIB)
+all: $(BIN) $(LIB) $(CUDA_BENCH)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -119,6 +121,9 @@ $(LIB): $(LIB_OBJ)
 
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS_ALL) $(CLI_OBJ) $(LIB) $(LDLIBS_ALL) -o $@
+
+$(CUDA_BENCH): $(BUILD)/tools/gpu/bench_matvec.o $(LIB)
+	$(CC) $(LDFLAGS_ALL) $< $(LIB) $(LDLIBS_ALL) -o $@
 
 $(TEST_BIN): $(TEST_OBJ) $(LIB)
 	$(CC) $(LDFLAGS_ALL) $(TEST_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL) -o $@
@@ -165,7 +170,7 @@ format:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tools/gpu/bench_matvec.d
 -include $(FUZZ_LIB_OBJ:.o=.d)
 
 # The GGUF fuzzer's seed corpus, written by the test that checks it (see tests/test_gguf_malformed.c):
