@@ -104,10 +104,16 @@ FX_TEST(cuda_attn_decode_matches_generic) {
                                      .window = c->window,
                                      .scale = scale,
                                      .softcap = c->softcap};
+            /* The f16 runs give the query's position on the device instead (the decode step's
+             * way: one graph for every position), n_keys then only bounding it. */
+            int32_t pos = (int32_t)(c->n_keys - 1);
+            int32_t *d_pos = cuda_test_upload(&pos, sizeof pos);
+            if (kv_f16)
+                a.n_keys = ctx;
             struct fx_error err = {0};
-            cuda_test_ok(
-                fx_cuda_attn_decode(&a, d_q, d_k, d_v, c->sinks ? d_s : NULL, d_out, NULL, &err),
-                &err);
+            cuda_test_ok(fx_cuda_attn_decode(&a, kv_f16 ? d_pos : NULL, d_q, d_k, d_v,
+                                             c->sinks ? d_s : NULL, d_out, NULL, &err),
+                         &err);
             cuda_test_download(got, d_out, (size_t)(c->n_head * dim) * 4);
             for (int64_t h = 0; h < c->n_head; h++) {
                 int64_t kvh = h / (c->n_head / c->n_head_kv);
@@ -125,7 +131,7 @@ FX_TEST(cuda_attn_decode_matches_generic) {
                 }
             }
             fx_cuda_free(d_q), fx_cuda_free(d_k), fx_cuda_free(d_v), fx_cuda_free(d_s);
-            fx_cuda_free(d_out);
+            fx_cuda_free(d_out), fx_cuda_free(d_pos);
         }
         free(q), free(k), free(v), free(sinks), free(want), free(got), free(k16), free(v16);
     }

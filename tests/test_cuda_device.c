@@ -69,15 +69,16 @@ FX_TEST(cuda_refuses_bad_arguments_before_launch) {
                              .v_ctx = 8,
                              .n_keys = 4,
                              .scale = 1};
-    assert_int_equal(fx_cuda_attn_decode(&a, NULL, NULL, NULL, NULL, NULL, NULL, &err),
+    assert_int_equal(fx_cuda_attn_decode(&a, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &err),
                      FX_ERR_UNSUPPORTED);
     a.kv_type = FX_TYPE_F16;
     a.n_head_kv = 3; /* 4 query heads do not share 3 KV heads evenly */
-    assert_int_equal(fx_cuda_attn_decode(&a, NULL, NULL, NULL, NULL, NULL, NULL, &err),
+    assert_int_equal(fx_cuda_attn_decode(&a, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &err),
                      FX_ERR_INVALID_ARG);
     a.n_head_kv = 2;
     a.n_keys = 9; /* more keys than the cache holds */
-    assert_int_equal(fx_cuda_attn_decode(&a, NULL, NULL, NULL, NULL, NULL, NULL, &err),
+    assert_int_equal(fx_cuda_attn_decode(&a, NULL, NULL, NULL, NULL, NULL, NULL, NULL, &err),
                      FX_ERR_INVALID_ARG);
-    assert_int_equal(fx_cuda_rope(NULL, 1, 64, 1, 64, 3, 0, NULL, NULL, &err), FX_ERR_INVALID_ARG);
+    assert_int_equal(fx_cuda_rope(NULL, 1, 64, 1, 64, 3, 0, NULL, NULL, NULL, &err),
+                     FX_ERR_INVALID_ARG);
 }

@@ -104,22 +104,27 @@ FX_TEST(cuda_rope_matches_generic_bits) {
                 fx_rope_generic(want + r * N_HEADS * HEAD, N_HEADS, HEAD, variants[v].n_dims,
                                 neox ? FX_ROPE_NEOX : FX_ROPE_NORMAL, cs[r]);
             }
-            /* The device reads row r's angles at cs + r * n_dims: repack them tightly. */
-            float packed[N_ROWS * HEAD];
-            for (int r = 0; r < N_ROWS; r++)
-                memcpy(packed + r * variants[v].n_dims, cs[r], (size_t)variants[v].n_dims * 4);
-            float *d_x = cuda_test_upload(x, bytes),
-                  *d_cs = cuda_test_upload(packed, sizeof packed);
+            /* The device reads row r's angles from a table: entry r (no positions), or, for
+             * neox, entry pos[r] of a table stored in reverse (positions on the device). */
+            float table[N_ROWS * HEAD];
+            int32_t pos[N_ROWS];
+            for (int r = 0; r < N_ROWS; r++) {
+                pos[r] = neox ? N_ROWS - 1 - r : r;
+                memcpy(table + pos[r] * variants[v].n_dims, cs[r], (size_t)variants[v].n_dims * 4);
+            }
+            float *d_x = cuda_test_upload(x, bytes), *d_cs = cuda_test_upload(table, sizeof table);
+            int32_t *d_pos = cuda_test_upload(pos, sizeof pos);
             struct fx_error err = {0};
             cuda_test_ok(fx_cuda_rope(d_x, N_ROWS, N_HEADS * HEAD, N_HEADS, HEAD,
-                                      variants[v].n_dims, neox, d_cs, NULL, &err),
+                                      variants[v].n_dims, neox, d_cs, neox ? d_pos : NULL, NULL,
+                                      &err),
                          &err);
             cuda_test_download(got, d_x, bytes);
             for (int64_t i = 0; i < N_ROWS * N_HEADS * HEAD; i++)
                 if (memcmp(&got[i], &want[i], 4) != 0)
                     fail_msg("rope variant %zu %s element %lld: device %.9g, generic %.9g", v,
                              neox ? "neox" : "normal", (long long)i, got[i], want[i]);
-            fx_cuda_free(d_x), fx_cuda_free(d_cs);
+            fx_cuda_free(d_x), fx_cuda_free(d_cs), fx_cuda_free(d_pos);
         }
     }
     free(x), free(want), free(got);

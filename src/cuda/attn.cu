@@ -27,12 +27,15 @@ template <> __device__ inline float kv_elem<__half>(const __half *p, int64_t i) 
     return __half2float(p[i]);
 }
 
-/* q: [n_head][dim_k]; k: [n_head_kv][k_ctx][dim_k]; v: [n_head_kv][v_ctx][dim_v]; keys j0 .. j1
- * - 1 are seen; out: [n_head][dim_v]. Dynamic shared memory: dim_k floats of the query. */
+/* q: [n_head][dim_k]; k: [n_head_kv][k_ctx][dim_k]; v: [n_head_kv][v_ctx][dim_v]; out:
+ * [n_head][dim_v]. The query is at position *pos (a.n_keys - 1 when pos is NULL): keys j0 .. j1 - 1
+ * are seen. Dynamic shared memory: dim_k floats of the query. */
 template <typename KV>
-__global__ void attn_decode_kernel(struct fx_cuda_attn a, int64_t j0, int64_t j1, const float *q,
+__global__ void attn_decode_kernel(struct fx_cuda_attn a, const int32_t *pos, const float *q,
                                    const KV *k, const KV *v, const float *sinks, float *out) {
     extern __shared__ float q_sh[];
+    int64_t j1 = pos ? (int64_t)*pos + 1 : a.n_keys;
+    int64_t j0 = a.window > 0 && a.window < j1 ? j1 - a.window : 0;
     __shared__ float p_sh[ATTN_CHUNK];
     int64_t h = blockIdx.x, kvh = h / (a.n_head / a.n_head_kv);
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -102,9 +105,9 @@ __global__ void attn_decode_kernel(struct fx_cuda_attn a, int64_t j0, int64_t j1
     }
 }
 
-fx_status fx_cuda_attn_decode(const struct fx_cuda_attn *a, const float *d_q, const void *d_k,
-                              const void *d_v, const float *d_sinks, float *d_out, void *stream,
-                              struct fx_error *err) {
+fx_status fx_cuda_attn_decode(const struct fx_cuda_attn *a, const int32_t *d_pos, const float *d_q,
+                              const void *d_k, const void *d_v, const float *d_sinks, float *d_out,
+                              void *stream, struct fx_error *err) {
     if (a->kv_type != FX_TYPE_F32 && a->kv_type != FX_TYPE_F16)
         return fx_cuda_fail(err, FX_ERR_UNSUPPORTED, "cuda: attention over a %s KV cache",
                             fx_type_name(a->kv_type));
@@ -117,7 +120,6 @@ fx_status fx_cuda_attn_decode(const struct fx_cuda_attn *a, const float *d_q, co
                             (long long)a->n_head, (long long)a->n_head_kv, (long long)a->dim_k,
                             (long long)a->dim_v, (long long)a->n_keys, (long long)a->k_ctx,
                             (long long)a->v_ctx);
-    int64_t j1 = a->n_keys, j0 = a->window > 0 && a->window < j1 ? j1 - a->window : 0;
     size_t shared = (size_t)a->dim_k * sizeof(float);
     cudaStream_t s = fx_cuda_stream(stream);
     if (shared > 48 * 1024)
@@ -125,9 +127,9 @@ fx_status fx_cuda_attn_decode(const struct fx_cuda_attn *a, const float *d_q, co
                             (long long)a->dim_k);
     if (a->kv_type == FX_TYPE_F32)
         attn_decode_kernel<float><<<(unsigned)a->n_head, ATTN_THREADS, shared, s>>>(
-            *a, j0, j1, d_q, (const float *)d_k, (const float *)d_v, d_sinks, d_out);
+            *a, d_pos, d_q, (const float *)d_k, (const float *)d_v, d_sinks, d_out);
     else
         attn_decode_kernel<__half><<<(unsigned)a->n_head, ATTN_THREADS, shared, s>>>(
-            *a, j0, j1, d_q, (const __half *)d_k, (const __half *)d_v, d_sinks, d_out);
+            *a, d_pos, d_q, (const __half *)d_k, (const __half *)d_v, d_sinks, d_out);
     return fx_cuda_launched("attention", err);
 }

@@ -49,6 +49,27 @@ fx_status fx_cuda_download(void *dst, const void *d_src, size_t bytes, struct fx
 /* Waits for all work of the current device; reports the first error of that work. */
 fx_status fx_cuda_sync(struct fx_error *err);
 
+/* Streams, page-locked host memory and graphs: what a decode step replayed as one CUDA graph is
+ * made of. A graph is captured from the work enqueued on a stream between capture_begin and
+ * capture_end (nothing runs meanwhile), then launched any number of times; the values it reads
+ * from device or page-locked memory are read at each launch, which is how one graph serves
+ * every position. */
+void *fx_cuda_stream_create(struct fx_error *err); /* NULL with err set on failure */
+void fx_cuda_stream_free(void *stream);
+fx_status fx_cuda_stream_sync(void *stream, struct fx_error *err);
+void *fx_cuda_host_alloc(size_t bytes, struct fx_error *err); /* page-locked */
+void fx_cuda_host_free(void *p);
+/* An asynchronous copy in any direction (host pointers page-locked for it to be asynchronous
+ * and capturable). */
+fx_status fx_cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream,
+                             struct fx_error *err);
+struct fx_cuda_graph;
+fx_status fx_cuda_capture_begin(void *stream, struct fx_error *err);
+/* Ends the capture and instantiates it: *out, or NULL and an error. */
+fx_status fx_cuda_capture_end(void *stream, struct fx_cuda_graph **out, struct fx_error *err);
+fx_status fx_cuda_graph_launch(struct fx_cuda_graph *g, void *stream, struct fx_error *err);
+void fx_cuda_graph_free(struct fx_cuda_graph *g);
+
 /* ---- weights: dequantization and matmul (matmul.cu) ---------------------------------------- */
 
 /* The weight formats with device kernels: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
@@ -84,6 +105,11 @@ fx_status fx_cuda_matmul(const struct fx_cuda_mat *w, const float *d_act, int64_
                          int64_t n_act, float *d_out, int64_t out_stride, void *stream,
                          struct fx_error *err);
 
+/* d_out[r][0..ne0) = row d_ids[r] of w, decoded as fx_cuda_dequantize does (the embedding
+ * lookup); the ids are device memory and must be rows of w. */
+fx_status fx_cuda_get_rows(const struct fx_cuda_mat *w, const int32_t *d_ids, int64_t n_ids,
+                           float *d_out, void *stream, struct fx_error *err);
+
 /* ---- row operations (rows.cu) -------------------------------------------------------------- */
 
 /* For each of n_rows rows of n floats (rows `stride` floats apart, in and out alike):
@@ -92,21 +118,33 @@ fx_status fx_cuda_rms_norm(float *d_out, const float *d_x, const float *d_w, int
                            int64_t n, int64_t stride, float eps, void *stream,
                            struct fx_error *err);
 /* The generic table's rope on n_rows rows (row_stride floats apart) of n_heads heads
- * (head_stride floats apart): row r is turned by the angles d_cs + r * n_dims, i.e.
- * [n_rows][n_dims/2][2] (cos, sin) from fx_rope_cache, which holds every scaling variant (linear,
- * YaRN, llama3 frequency factors). Bit for bit the generic table's result. */
+ * (head_stride floats apart). d_cs is a table of angles [n_pos][n_dims/2][2] (cos, sin) from
+ * fx_rope_cache, which holds every scaling variant (linear, YaRN, llama3 frequency factors); row
+ * r is turned by entry d_pos[r] (device memory, each < n_pos), or entry r when d_pos is NULL.
+ * Bit for bit the generic table's result. */
 fx_status fx_cuda_rope(float *d_x, int64_t n_rows, int64_t row_stride, int64_t n_heads,
                        int64_t head_stride, int32_t n_dims, int neox, const float *d_cs,
-                       void *stream, struct fx_error *err);
+                       const int32_t *d_pos, void *stream, struct fx_error *err);
 /* d_out[i] = silu(d_g[i]) * d_u[i] for n elements; d_out may be d_g or d_u. */
 fx_status fx_cuda_swiglu(float *d_out, const float *d_g, const float *d_u, int64_t n, void *stream,
                          struct fx_error *err);
+/* d_out[i] = d_a[i] + d_b[i]; d_out may be either input. */
+fx_status fx_cuda_add(float *d_out, const float *d_a, const float *d_b, int64_t n, void *stream,
+                      struct fx_error *err);
+/* Stores n_rows rows of new keys (or values), each n_head_kv heads of dim floats, into a cache
+ * [n_head_kv][n_ctx][dim] of kv_type (F32 as is, F16 rounded to nearest even as the CPU's
+ * kv_store) at positions d_pos[r] (device memory, each < n_ctx). */
+fx_status fx_cuda_kv_store(enum fx_type kv_type, const float *d_src, int64_t n_rows,
+                           int64_t n_head_kv, int64_t dim, void *d_cache, int64_t n_ctx,
+                           const int32_t *d_pos, void *stream, struct fx_error *err);
 
 /* ---- decode attention (attn.cu) ------------------------------------------------------------ */
 
 /* One query row (one new token) of n_head heads against a contiguous KV cache of one layer:
  * d_k is [n_head_kv][k_ctx][dim_k] and d_v [n_head_kv][v_ctx][dim_v] of kv_type (F32 or F16),
- * of which positions 0 .. n_keys-1 are filled (the query's own key last). Query head h reads KV
+ * of which positions 0 .. n_keys-1 are filled (the query's own key last); with d_pos (device
+ * memory) the query is at position *d_pos instead and n_keys only bounds it (the host checked it
+ * is below n_keys). Query head h reads KV
  * head h / (n_head / n_head_kv) (GQA). Keys seen: all, or with window > 0 the last `window`
  * positions (a sliding-window layer). Scores: scale * (q . k), then softcap * tanh(s / softcap)
  * when softcap > 0; d_sinks NULL or [n_head] logits that join the denominator only.
@@ -119,9 +157,9 @@ struct fx_cuda_attn {
     int64_t n_keys, window;
     float scale, softcap;
 };
-fx_status fx_cuda_attn_decode(const struct fx_cuda_attn *a, const float *d_q, const void *d_k,
-                              const void *d_v, const float *d_sinks, float *d_out, void *stream,
-                              struct fx_error *err);
+fx_status fx_cuda_attn_decode(const struct fx_cuda_attn *a, const int32_t *d_pos, const float *d_q,
+                              const void *d_k, const void *d_v, const float *d_sinks, float *d_out,
+                              void *stream, struct fx_error *err);
 
 /* ---- selection (select.cu) ----------------------------------------------------------------- */
 

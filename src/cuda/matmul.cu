@@ -22,6 +22,17 @@ template <int T> __global__ void dequantize_kernel(const uint8_t *src, int64_t n
         dst[i] = fx_dq<T>(src, i);
 }
 
+/* out[r][0..ne0) = row ids[r] of the matrix, decoded (one thread per element). */
+template <int T>
+__global__ void get_rows_kernel(const uint8_t *w, uint64_t row_bytes, int64_t ne0,
+                                const int32_t *ids, int64_t n_ids, float *out) {
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n_ids * ne0)
+        return;
+    int64_t r = t / ne0, i = t % ne0;
+    out[t] = fx_dq<T>(w + (uint64_t)ids[r] * row_bytes, i);
+}
+
 /* out[j * out_stride + r] for weight row r and activation rows j0 .. j0 + NA - 1 (< n_act). */
 template <int T, int NA>
 __global__ void matmul_kernel(const uint8_t *w, uint64_t row_bytes, int64_t ne0, int64_t ne1,
@@ -76,6 +87,19 @@ fx_status fx_cuda_dequantize(enum fx_type type, const void *d_src, int64_t n, fl
             <<<blocks, DQ_THREADS, 0, fx_cuda_stream(stream)>>>((const uint8_t *)d_src, n, d_dst);
     });
     return fx_cuda_launched("dequantize", err);
+}
+
+fx_status fx_cuda_get_rows(const struct fx_cuda_mat *w, const int32_t *d_ids, int64_t n_ids,
+                           float *d_out, void *stream, struct fx_error *err) {
+    fx_status st = check_blocks(w->type, w->ne0, err);
+    if (st != FX_OK || n_ids <= 0)
+        return st;
+    unsigned blocks = (unsigned)((n_ids * w->ne0 + DQ_THREADS - 1) / DQ_THREADS);
+    fx_cuda_with_type(w->type, [&](auto t) {
+        get_rows_kernel<decltype(t)::value><<<blocks, DQ_THREADS, 0, fx_cuda_stream(stream)>>>(
+            (const uint8_t *)w->d_data, w->row_bytes, w->ne0, d_ids, n_ids, d_out);
+    });
+    return fx_cuda_launched("get_rows", err);
 }
 
 fx_status fx_cuda_dequantize_host(enum fx_type type, const void *src, int64_t n, float *dst,
