@@ -85,6 +85,67 @@ FX_TEST(cuda_decode_step_matches_cpu_forward) {
     }
 }
 
+static void check_close(const char *what, int step, const float *dev, const float *cpu, int64_t n) {
+    float scale = 0;
+    for (int64_t i = 0; i < n; i++)
+        scale = fmaxf(scale, fabsf(cpu[i]));
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabsf(dev[i] - cpu[i]) <= TOL * scale))
+            fail_msg("%s, step %d, logit %lld: device context %.7g, CPU %.7g (tolerance %.3g)",
+                     what, step, (long long)i, dev[i], cpu[i], TOL * scale);
+}
+
+/* A context created with GPU layers, driven through the public entry points next to a CPU
+ * context: prefill (on the CPU, rows then copied to the device), decode steps (on the device),
+ * a truncation, a batch after device steps (device rows copied back first), more decode steps.
+ * Every call's logits agree within TOL. */
+FX_TEST(cuda_context_with_gpu_layers_matches_cpu) {
+    cuda_test_require();
+    struct fx_model *m = load("models/qwen3-tiny.F32.gguf");
+    struct fx_context *cpu_ctx = context(m, FX_TYPE_F16);
+    struct fx_context_params p = fx_context_default_params();
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.type_k = p.type_v = FX_TYPE_F16;
+    p.n_gpu_layers = 99;
+    struct fx_context *dev_ctx;
+    struct fx_error err = {0};
+    cuda_test_ok(fx_context_create(m, &p, &dev_ctx, &err), &err);
+    int64_t nv = m->hp.n_vocab;
+    float *a = malloc((size_t)(4 * nv) * 4), *b = malloc((size_t)(4 * nv) * 4);
+    assert_true(a && b);
+    fx_token prompt[8] = {1, 17, 33, 5, 90, 2, 7, 64};
+    cuda_test_ok(fx_forward_batch_last(cpu_ctx, prompt, 8, 0, a, &err), &err);
+    cuda_test_ok(fx_forward_batch_last(dev_ctx, prompt, 8, 0, b, &err), &err);
+    check_close("prefill", 0, b, a, nv);
+    int32_t pos = 8;
+    for (int i = 0; i < 16; i++, pos++) {
+        fx_token t = (fx_token)((3 + 11 * i) % nv);
+        cuda_test_ok(fx_forward_token(cpu_ctx, t, pos, a, &err), &err);
+        cuda_test_ok(fx_forward_token(dev_ctx, t, pos, b, &err), &err);
+        check_close("decode", i, b, a, nv);
+    }
+    cuda_test_ok(fx_context_kv_truncate(cpu_ctx, 12, &err), &err);
+    cuda_test_ok(fx_context_kv_truncate(dev_ctx, 12, &err), &err);
+    pos = 12;
+    fx_token more[3] = {9, 8, 7};
+    cuda_test_ok(fx_forward_batch(cpu_ctx, more, 3, pos, a, &err), &err);
+    cuda_test_ok(fx_forward_batch(dev_ctx, more, 3, pos, b, &err), &err);
+    check_close("batch after truncation", 0, b, a, 3 * nv);
+    pos += 3;
+    for (int i = 0; i < 8; i++, pos++) {
+        fx_token t = (fx_token)((5 + 7 * i) % nv);
+        cuda_test_ok(fx_forward_token(cpu_ctx, t, pos, a, &err), &err);
+        cuda_test_ok(fx_forward_token(dev_ctx, t, pos, b, &err), &err);
+        check_close("decode after the batch", i, b, a, nv);
+    }
+    assert_int_equal(fx_context_kv_len(dev_ctx), pos);
+    free(a), free(b);
+    fx_context_free(dev_ctx);
+    fx_context_free(cpu_ctx);
+    fx_model_free(m);
+}
+
 /* What the device step does not compute is refused with the reason, before any device work. */
 FX_TEST(cuda_decode_refuses_unsupported_models) {
     static const struct {

@@ -63,6 +63,10 @@ void fx_cuda_host_free(void *p);
  * and capturable). */
 fx_status fx_cuda_copy_async(void *dst, const void *src, size_t bytes, void *stream,
                              struct fx_error *err);
+/* A synchronous copy of `rows` rows of `width` bytes between any two memories, rows dst_pitch
+ * and src_pitch bytes apart (a strided block, e.g. one layer's KV rows of every head). */
+fx_status fx_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                          size_t width, size_t rows, struct fx_error *err);
 struct fx_cuda_graph;
 fx_status fx_cuda_capture_begin(void *stream, struct fx_error *err);
 /* Ends the capture and instantiates it: *out, or NULL and an error. */

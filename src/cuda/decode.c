@@ -30,7 +30,9 @@ struct dev_layer {
 
 struct fx_cuda_decoder {
     const struct fx_model *m;
-    int32_t n_ctx, n_filled;
+    int32_t n_ctx;
+    int32_t n_filled;  /* positions 0 .. n_filled - 1 of the device cache hold rows */
+    int32_t host_from; /* rows host_from .. n_filled - 1 are not in the host cache yet */
     enum fx_type type_k, type_v;
     void *stream;
     struct dev_layer *layers; /* [n_layer] */
@@ -162,6 +164,9 @@ fx_status fx_cuda_decoder_create(const struct fx_context *ctx, struct fx_cuda_de
                             "cuda decoder: model '%s' has %s, which the device step does not "
                             "compute yet",
                             ctx->model->arch, why);
+    char no_device[256];
+    if (fx_cuda_device_count(no_device, sizeof no_device) == 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET, "GPU layers: %s", no_device);
     const struct fx_hparams *hp = &ctx->model->hp;
     struct fx_cuda_decoder *d = calloc(1, sizeof *d);
     if (!d)
@@ -348,5 +353,67 @@ fx_status fx_cuda_decoder_step(struct fx_cuda_decoder *d, fx_token token, int32_
         (st = fx_cuda_download(logits, d->logits, (size_t)hp->n_vocab * sizeof(float), err)))
         return st;
     d->n_filled = pos + 1;
+    if (d->host_from > pos)
+        d->host_from = pos;
     return FX_OK;
+}
+
+bool fx_cuda_decoder_takes(const struct fx_fwd *f) {
+    return f->n == 1 && f->kv.kind == FX_KV_CONTIG && f->logits &&
+           (f->logits_rows == FX_LOGITS_ALL || f->logits_rows == FX_LOGITS_LAST) && !f->hidden;
+}
+
+fx_status fx_cuda_decoder_forward(struct fx_cuda_decoder *d, const struct fx_fwd *f,
+                                  struct fx_error *err) {
+    fx_status st = fx_cuda_decoder_step(d, f->tokens[0], f->kv.u.contig.pos0, f->logits, err);
+    if (st == FX_OK)
+        fx_fwd_finish(f);
+    return st;
+}
+
+/* Copies rows p0 .. p1 - 1 of every layer and head between the host cache and the device's:
+ * per layer, keys then values, each one strided block (heads n_ctx rows apart on both sides). */
+static fx_status copy_rows(struct fx_cuda_decoder *d, const struct fx_kv_contig *kv, int32_t p0,
+                           int32_t p1, bool to_host, struct fx_error *err) {
+    if (p1 <= p0)
+        return FX_OK;
+    size_t n = (size_t)(p1 - p0);
+    for (int il = 0; il < kv->n_layer; il++) {
+        const struct dev_layer *l = &d->layers[il];
+        for (int kv_v = 0; kv_v < 2; kv_v++) {
+            size_t row = kv_v ? kv->v_row : kv->k_row, pitch = (size_t)kv->n_ctx * row;
+            uint8_t *host = kv_v ? fx_kv_contig_v(kv, il, 0, p0) : fx_kv_contig_k(kv, il, 0, p0);
+            uint8_t *dev = (uint8_t *)(kv_v ? l->v_cache : l->k_cache) + (size_t)p0 * row;
+            fx_status st =
+                to_host
+                    ? fx_cuda_copy_2d(host, pitch, dev, pitch, n * row, (size_t)kv->n_head_kv, err)
+                    : fx_cuda_copy_2d(dev, pitch, host, pitch, n * row, (size_t)kv->n_head_kv, err);
+            if (st)
+                return st;
+        }
+    }
+    return FX_OK;
+}
+
+fx_status fx_cuda_decoder_kv_to_host(struct fx_cuda_decoder *d, struct fx_kv_contig *kv,
+                                     struct fx_error *err) {
+    fx_status st = copy_rows(d, kv, d->host_from, d->n_filled, true, err);
+    if (st == FX_OK)
+        d->host_from = d->n_filled;
+    return st;
+}
+
+fx_status fx_cuda_decoder_kv_from_host(struct fx_cuda_decoder *d, const struct fx_kv_contig *kv,
+                                       int32_t pos0, int32_t n, struct fx_error *err) {
+    fx_status st = copy_rows(d, kv, pos0, pos0 + n, false, err);
+    if (st == FX_OK)
+        d->n_filled = d->host_from = kv->n_filled;
+    return st;
+}
+
+void fx_cuda_decoder_truncate(struct fx_cuda_decoder *d, int32_t n) {
+    if (d->n_filled > n)
+        d->n_filled = n;
+    if (d->host_from > n)
+        d->host_from = n;
 }

@@ -149,3 +149,9 @@ void fx_cuda_graph_free(struct fx_cuda_graph *g) {
     cudaGraphDestroy(g->graph);
     free(g);
 }
+
+fx_status fx_cuda_copy_2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch,
+                          size_t width, size_t rows, struct fx_error *err) {
+    return fx_cuda_status(
+        cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDefault), "copy", err);
+}

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "decoder/decoder.h"
 #include "kv/state.h"
+#include "cuda/decode.h"
 
 #define ARENA_ALIGN 64
 
@@ -247,6 +248,14 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
         fill_rope(ctx, rope1, hp->rope.freq_base_swa, hp->rope.freq_scale_swa);
     s->rope[0] = rope0;
     s->rope[1] = rope1;
+    if (p.n_gpu_layers < 0 || (p.n_gpu_layers > 0 && p.n_gpu_layers < hp->n_layer)) {
+        st = fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                          "GPU layers: %d of %d: only all layers or none for now", p.n_gpu_layers,
+                          hp->n_layer);
+        goto fail;
+    }
+    if (p.n_gpu_layers > 0 && (st = fx_cuda_decoder_create(ctx, &ctx->dev, err)))
+        goto fail;
     *out = ctx;
     return FX_OK;
 fail:
@@ -257,6 +266,7 @@ fail:
 void fx_context_free(struct fx_context *ctx) {
     if (!ctx)
         return;
+    fx_cuda_decoder_free(ctx->dev);
     fx_pool_free(ctx->pool);
     fx_kv_contig_release(&ctx->kv);
     free(ctx->arena);
@@ -276,6 +286,8 @@ fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_er
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot truncate a cache of %d positions to %d", ctx->kv.n_filled, n);
     ctx->kv.n_filled = n;
+    if (ctx->dev)
+        fx_cuda_decoder_truncate(ctx->dev, n);
     return FX_OK;
 }
 
@@ -287,6 +299,12 @@ fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *to
                                 const char *path, struct fx_error *err) {
     if (!ctx)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the context is NULL");
+    /* Rows the device wrote join the host cache first: a copy of what the context holds, so the
+     * context is unchanged in what it computes (hence the cast). */
+    fx_status st;
+    if (ctx->dev &&
+        (st = fx_cuda_decoder_kv_to_host(ctx->dev, (struct fx_kv_contig *)&ctx->kv, err)))
+        return st;
     return fx_kv_contig_save(&ctx->kv, ctx->model, tokens, n, path, err);
 }
 
@@ -297,5 +315,8 @@ fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const 
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (paged_only)");
-    return fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
+    fx_status st = fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
+    if (st == FX_OK && ctx->dev)
+        st = fx_cuda_decoder_kv_from_host(ctx->dev, &ctx->kv, 0, ctx->kv.n_filled, err);
+    return st;
 }

@@ -65,6 +65,8 @@ struct fx_scratch {
     const float *rope[2];
 };
 
+struct fx_cuda_decoder; /* cuda/decode.h */
+
 struct fx_context {
     const struct fx_model *model;
     const struct fx_kernels *k;
@@ -77,6 +79,7 @@ struct fx_context {
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */
     const char *dump_dir;
+    struct fx_cuda_decoder *dev; /* the device step of a context with GPU layers, else NULL */
 };
 
 /* Which rows of a call get logits. */
