@@ -87,6 +87,12 @@ LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc
 CUDA_BENCH := $(BUILD)/ferrox-cuda-bench
 endif
 
+# Without a GPU: every kernel's PTX must store to global memory (a body deleted by the compiler
+# for undefined behaviour stores nothing).
+.PHONY: ptx-check
+ptx-check:
+	tools/gpu/ptx-check.sh $(NVCC)
+
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)

@@ -25,7 +25,7 @@
  * side is plain C++ arithmetic: x86-64 without -mfma has no fused instruction to contract to. */
 static FX_HD inline float fx_mul(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return fx_mul(a, b);
+    return __fmul_rn(a, b);
 #else
     return a * b;
 #endif
@@ -33,7 +33,7 @@ static FX_HD inline float fx_mul(float a, float b) {
 
 static FX_HD inline float fx_add(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return fx_add(a, b);
+    return __fadd_rn(a, b);
 #else
     return a + b;
 #endif
@@ -41,7 +41,7 @@ static FX_HD inline float fx_add(float a, float b) {
 
 static FX_HD inline float fx_sub(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return fx_sub(a, b);
+    return __fsub_rn(a, b);
 #else
     return a - b;
 #endif
