@@ -11,6 +11,10 @@
 #                                        fixtures the device tests read into build/gpu-fixtures
 #                                        (about 35 MB), for a device machine that lacks them
 #
+# GPU_CHECK_PREBUILT=1 skips the build when build/release-cuda/{ferrox,ferrox_tests,
+# ferrox-cuda-bench} are there and run (built elsewhere with make CUDA=1 and carried over, about
+# 28 MB): the build is the longest step on a fresh machine.
+#
 # The device tests that run the decoder read the shared fixtures: FERROX_FIXTURES when set, else
 # ../shared/fixtures, else build/gpu-fixtures; without any, those steps are skipped and say so.
 # Logs: one file per step under $OUT/gpu-check (the device runner's folder that comes back) or
@@ -90,8 +94,12 @@ if command -v nvidia-smi >/dev/null; then
 else
     skip device "nvidia-smi not found"
 fi
+prebuilt() {
+    [[ ${GPU_CHECK_PREBUILT:-0} == 1 && -x $BUILD/ferrox_tests && -x $BUILD/ferrox-cuda-bench ]] &&
+        "$BUILD/ferrox" --version >/dev/null 2>&1
+}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-if [[ ! -x $NVCC ]]; then
+if [[ ! -x $NVCC ]] && ! prebuilt; then
     echo "no nvcc (set NVCC or CUDA_HOME): nothing can be built" >&2
     skip build "no nvcc at $NVCC"
     printf '%s\n' "${SUMMARY[@]}"
@@ -99,7 +107,15 @@ if [[ ! -x $NVCC ]]; then
 fi
 
 # ---- build: the library, the program, the tests, the device benchmark --------------------------
-if step build 300 make CUDA=1 NVCC="$NVCC" -j"$JOBS" all "$BUILD/ferrox_tests"; then
+if prebuilt; then
+    skip build "GPU_CHECK_PREBUILT=1: the carried binaries run"
+    BUILT=1
+elif step build 300 make CUDA=1 NVCC="$NVCC" -j"$JOBS" all "$BUILD/ferrox_tests"; then
+    BUILT=1
+else
+    BUILT=0
+fi
+if ((BUILT)); then
     # ---- device tests: every kernel against the generic CPU table. CI=true turns "no device"
     # into a failure instead of a skip: on this machine a skip would hide the problem.
     KERNEL_TESTS='cuda_attn*,cuda_dequantize*,cuda_device*,cuda_matmul*,cuda_rms*,cuda_rope*'
