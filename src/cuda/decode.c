@@ -92,6 +92,13 @@ static fx_status upload_mat(struct fx_cuda_decoder *d, const struct fx_mat *w,
     return st;
 }
 
+/* The device step restates the CPU decoder's layer recipe, so a new field of the model's
+ * description must be either computed here or refused in unsupported() below, never silently
+ * ignored: these sizes stop the CUDA build when the description changes, until this file has
+ * been checked against it (x86-64 sizes). */
+_Static_assert(sizeof(struct fx_layer) == 824, "struct fx_layer changed: check decode.c");
+_Static_assert(sizeof(struct fx_hparams) == 144, "struct fx_hparams changed: check decode.c");
+
 /* What the device step does not compute yet, or NULL when it computes this model. */
 static const char *unsupported(const struct fx_context *ctx) {
     const struct fx_model *m = ctx->model;
