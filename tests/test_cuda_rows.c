@@ -4,7 +4,8 @@
  * host computed with fx_rope_cache), so bytes are compared, for both modes and the scaled
  * variants (linear, YaRN, llama3 frequency factors), whose differences all live in the angles.
  * RMSNorm: the double sum of squares is added in another order, which can move the f32 mean by
- * an ulp; 1e-6 relative, the CPU tables' bound against float64 (tests/test_kernels_rows.c).
+ * an ulp; 1e-6 relative, the CPU tables' bound against float64 (tests/test_kernels_rows.c). The
+ * device's order is emulated on the host too (emulate_rms_norm), and that it must match exactly.
  * SwiGLU: the device's expf is within 2 ulp of the correctly rounded value (CUDA's documented
  * bound) and the CPU's libm within 1, so silu(g) * u agrees within a few ulp: 1e-6 relative. */
 #include "fx_test.h"
@@ -23,6 +24,26 @@ static void check_close(const char *what, int64_t i, float got, float want) {
     double tol = REL * fabs((double)want) + 1e-30;
     if (!(fabs((double)got - want) <= tol))
         fail_msg("%s element %lld: device %.9g, generic %.9g", what, (long long)i, got, want);
+}
+
+/* What rows.cu's rms_norm_kernel computes for one row: thread t (of 256) sums the f32 squares
+ * of elements t, t + 256, ... in double, a shared-memory tree adds thread t + half into t for
+ * half = 128 .. 1, then the CPU's scale and products. */
+static void emulate_rms_norm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    enum { THREADS = 256 };
+    double part[THREADS];
+    for (int t = 0; t < THREADS; t++) {
+        part[t] = 0;
+        for (int64_t i = t; i < n; i += THREADS)
+            part[t] += (double)(x[i] * x[i]);
+    }
+    for (int half = THREADS / 2; half > 0; half >>= 1)
+        for (int t = 0; t < half; t++)
+            part[t] += part[t + half];
+    float mean = (float)(part[0] / (double)n);
+    float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = w ? (x[i] * scale) * w[i] : x[i] * scale;
 }
 
 FX_TEST(cuda_rms_norm_matches_generic) {
@@ -51,6 +72,13 @@ FX_TEST(cuda_rms_norm_matches_generic) {
                 for (int64_t i = 0; i < n; i++)
                     check_close("rms_norm", r * stride + i, got[r * stride + i],
                                 want[r * stride + i]);
+                float *emu = malloc((size_t)n * 4);
+                assert_non_null(emu);
+                emulate_rms_norm(emu, x + r * stride, with_w ? w : NULL, n, 1e-5f);
+                if (memcmp(emu, got + r * stride, (size_t)n * 4) != 0)
+                    fail_msg("rms_norm row %lld of %lld: the device differs from its emulation",
+                             (long long)r, (long long)n);
+                free(emu);
             }
         }
         /* In place gives the same bits as out of place. */
@@ -156,4 +184,26 @@ FX_TEST(cuda_swiglu_matches_generic) {
     assert_memory_equal(in_place, got, N * 4);
     fx_cuda_free(d_g), fx_cuda_free(d_u), fx_cuda_free(d_out);
     free(g), free(u), free(want), free(got), free(in_place);
+}
+
+/* The emulation of the device's RMSNorm against the generic table, within the tolerance the
+ * device test uses: that the two checks of the device cannot contradict each other, on any
+ * machine. */
+FX_TEST(cuda_rms_norm_emulation_within_bound) {
+    static const int64_t lengths[] = {1, 7, 64, 255, 4096};
+    struct fx_test_rng rng = {1814};
+    for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++) {
+        int64_t n = lengths[li];
+        float *x = malloc((size_t)n * 4), *w = malloc((size_t)n * 4);
+        float *want = malloc((size_t)n * 4), *emu = malloc((size_t)n * 4);
+        assert_true(x && w && want && emu);
+        kref_normal(x, n, &rng);
+        for (int64_t i = 0; i < n; i++)
+            w[i] = 1.0f + 0.1f * (float)fx_test_rng_normal(&rng);
+        fx_rms_norm_generic(want, x, w, n, 1e-5f);
+        emulate_rms_norm(emu, x, w, n, 1e-5f);
+        for (int64_t i = 0; i < n; i++)
+            check_close("rms_norm emulation", i, emu[i], want[i]);
+        free(x), free(w), free(want), free(emu);
+    }
 }
