@@ -61,7 +61,7 @@ FX_TEST(cuda_decode_step_matches_cpu_forward) {
         struct fx_context *ctx = context(m, cases[ci].kv);
         struct fx_cuda_decoder *d;
         struct fx_error err = {0};
-        if (fx_cuda_decoder_create(ctx, &d, &err) != FX_OK)
+        if (fx_cuda_decoder_create(ctx, m->hp.n_layer, &d, &err) != FX_OK)
             fail_msg("%s: %s", cases[ci].file, err.msg);
         int64_t n_vocab = m->hp.n_vocab;
         float *cpu = malloc((size_t)n_vocab * 4), *dev = malloc((size_t)n_vocab * 4);
@@ -69,7 +69,7 @@ FX_TEST(cuda_decode_step_matches_cpu_forward) {
         for (int32_t pos = 0; pos < STEPS; pos++) {
             fx_token t = (fx_token)((7 + 13 * pos) % n_vocab);
             cuda_test_ok(fx_forward_token(ctx, t, pos, cpu, &err), &err);
-            cuda_test_ok(fx_cuda_decoder_step(d, t, pos, dev, &err), &err);
+            cuda_test_ok(fx_cuda_decoder_step(d, t, pos, NULL, dev, &err), &err);
             float scale = 0;
             for (int64_t i = 0; i < n_vocab; i++)
                 scale = fmaxf(scale, fabsf(cpu[i]));
@@ -96,18 +96,18 @@ static void check_close(const char *what, int step, const float *dev, const floa
 }
 
 /* A context created with GPU layers, driven through the public entry points next to a CPU
- * context: prefill (on the CPU, rows then copied to the device), decode steps (on the device),
- * a truncation, a batch after device steps (device rows copied back first), more decode steps.
- * Every call's logits agree within TOL. */
-FX_TEST(cuda_context_with_gpu_layers_matches_cpu) {
-    cuda_test_require();
-    struct fx_model *m = load("models/qwen3-tiny.F32.gguf");
+ * context: prefill (on the CPU, rows then copied to the device), decode steps (on the device, or
+ * the first layers on the CPU and the last on the device), a truncation, a batch after device
+ * steps (device rows copied back first), more decode steps. Every call's logits agree within
+ * TOL. */
+static void check_context(const char *file, int32_t n_gpu_layers) {
+    struct fx_model *m = load(file);
     struct fx_context *cpu_ctx = context(m, FX_TYPE_F16);
     struct fx_context_params p = fx_context_default_params();
     p.n_ctx = 64;
     p.n_threads = 2;
     p.type_k = p.type_v = FX_TYPE_F16;
-    p.n_gpu_layers = 99;
+    p.n_gpu_layers = n_gpu_layers;
     struct fx_context *dev_ctx;
     struct fx_error err = {0};
     cuda_test_ok(fx_context_create(m, &p, &dev_ctx, &err), &err);
@@ -146,6 +146,13 @@ FX_TEST(cuda_context_with_gpu_layers_matches_cpu) {
     fx_model_free(m);
 }
 
+FX_TEST(cuda_context_with_gpu_layers_matches_cpu) {
+    cuda_test_require();
+    check_context("models/qwen3-tiny.F32.gguf", 99); /* every layer on the device */
+    check_context("models/qwen3-tiny.F32.gguf", 1);  /* the last layer only */
+    check_context("models/llama-tiny.F32.gguf", 1);
+}
+
 /* What the device step does not compute is refused with the reason, before any device work. */
 FX_TEST(cuda_decode_refuses_unsupported_models) {
     static const struct {
@@ -160,7 +167,7 @@ FX_TEST(cuda_decode_refuses_unsupported_models) {
         struct fx_context *ctx = context(m, FX_TYPE_F32);
         struct fx_cuda_decoder *d = (struct fx_cuda_decoder *)&d; /* overwritten with NULL */
         struct fx_error err = {0};
-        assert_int_equal(fx_cuda_decoder_create(ctx, &d, &err), FX_ERR_UNSUPPORTED);
+        assert_int_equal(fx_cuda_decoder_create(ctx, m->hp.n_layer, &d, &err), FX_ERR_UNSUPPORTED);
         assert_null(d);
         if (!strstr(err.msg, cases[ci].why))
             fail_msg("%s: '%s' does not say '%s'", cases[ci].file, err.msg, cases[ci].why);
@@ -172,7 +179,7 @@ FX_TEST(cuda_decode_refuses_unsupported_models) {
     struct fx_context *ctx = context(m, FX_TYPE_Q8_0);
     struct fx_cuda_decoder *d;
     struct fx_error err = {0};
-    assert_int_equal(fx_cuda_decoder_create(ctx, &d, &err), FX_ERR_UNSUPPORTED);
+    assert_int_equal(fx_cuda_decoder_create(ctx, m->hp.n_layer, &d, &err), FX_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "KV cache"));
     fx_context_free(ctx);
     fx_model_free(m);

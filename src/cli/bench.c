@@ -74,8 +74,8 @@ static void usage(FILE *out) {
             "  -ctv, --cache-type-v TYPE\n"
             "                      KV cache key / value type: f32, f16 (default) or q8_0\n"
             "  -ngl, --n-gpu-layers N\n"
-            "                      layers on the GPU (a build with make CUDA=1; for now all\n"
-            "                      or none): tg runs on the device, pp still on the CPU\n"
+            "                      layers on the GPU, the last N (a build with make CUDA=1):\n"
+            "                      tg runs them on the device, pp still runs on the CPU\n"
             "  -npl, --parallel LIST\n"
             "                      llama-batched-bench instead: LIST sequences (default\n"
             "                      1,4,16,64) prefilled and decoded together over a paged pool\n"
@@ -149,8 +149,7 @@ static struct fx_context *make_context(const struct fx_model *m, int n_ctx,
     p.n_threads = r->n_threads;
     p.type_k = r->type_k;
     p.type_v = r->type_v;
-    /* -ngl 99 means every layer, as in llama.cpp. */
-    p.n_gpu_layers = r->n_gpu_layers < fx_model_n_layer(m) ? r->n_gpu_layers : fx_model_n_layer(m);
+    p.n_gpu_layers = r->n_gpu_layers; /* -ngl 99: every layer, as in llama.cpp */
     struct fx_context *ctx;
     struct fx_error err;
     if (fx_context_create(m, &p, &ctx, &err) != FX_OK) {

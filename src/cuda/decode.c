@@ -30,12 +30,13 @@ struct dev_layer {
 
 struct fx_cuda_decoder {
     const struct fx_model *m;
+    int32_t il0; /* the first layer on the device; layers 0 .. il0 - 1 run on the CPU */
     int32_t n_ctx;
     int32_t n_filled;  /* positions 0 .. n_filled - 1 of the device cache hold rows */
     int32_t host_from; /* rows host_from .. n_filled - 1 are not in the host cache yet */
     enum fx_type type_k, type_v;
     void *stream;
-    struct dev_layer *layers; /* [n_layer] */
+    struct dev_layer *layers; /* [n_layer], of which il0 .. n_layer - 1 are on the device */
     struct fx_cuda_mat tok_embd, output;
     const float *output_norm;
     const float *rope; /* [n_ctx][n_rot] (cos, sin) pairs, the CPU context's table */
@@ -47,6 +48,7 @@ struct fx_cuda_decoder {
     float *logits;     /* [n_vocab] */
     int32_t *d_step;   /* [2] token, position: what the graph reads */
     int32_t *h_step;   /* [2] the same in page-locked host memory, written before each launch */
+    float *h_x;        /* [n_embd] page-locked: the residual row the CPU's layers left */
     struct fx_cuda_graph *graph;
     void **allocs; /* every device allocation, freed with the decoder */
     int64_t n_allocs, cap_allocs;
@@ -162,9 +164,13 @@ static fx_status upload_layer(struct fx_cuda_decoder *d, const struct fx_layer *
     return o->k_cache && o->v_cache ? FX_OK : err ? err->code : FX_ERR_NOMEM;
 }
 
-fx_status fx_cuda_decoder_create(const struct fx_context *ctx, struct fx_cuda_decoder **out,
-                                 struct fx_error *err) {
+fx_status fx_cuda_decoder_create(const struct fx_context *ctx, int32_t n_gpu_layers,
+                                 struct fx_cuda_decoder **out, struct fx_error *err) {
     *out = NULL;
+    if (n_gpu_layers < 1 || n_gpu_layers > ctx->model->hp.n_layer)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "GPU layers: %d of a model of %d layers", n_gpu_layers,
+                            ctx->model->hp.n_layer);
     const char *why = unsupported(ctx);
     if (why)
         return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
@@ -179,6 +185,7 @@ fx_status fx_cuda_decoder_create(const struct fx_context *ctx, struct fx_cuda_de
     if (!d)
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "cuda decoder: out of memory");
     d->m = ctx->model;
+    d->il0 = hp->n_layer - n_gpu_layers;
     d->n_ctx = ctx->n_ctx;
     d->type_k = ctx->kv.type_k;
     d->type_v = ctx->kv.type_v;
@@ -188,9 +195,10 @@ fx_status fx_cuda_decoder_create(const struct fx_context *ctx, struct fx_cuda_de
         fx_error_set(err, st, FX_NO_OFFSET, "cuda decoder: out of memory");
         goto fail;
     }
-    if (!(d->stream = fx_cuda_stream_create(err)) || !(d->h_step = fx_cuda_host_alloc(8, err)))
+    if (!(d->stream = fx_cuda_stream_create(err)) || !(d->h_step = fx_cuda_host_alloc(8, err)) ||
+        !(d->h_x = fx_cuda_host_alloc((size_t)hp->n_embd * sizeof(float), err)))
         goto fail;
-    for (int il = 0; il < hp->n_layer; il++)
+    for (int il = d->il0; il < hp->n_layer; il++)
         if ((st = upload_layer(d, &ctx->model->layers[il], &d->layers[il], err)))
             goto fail;
     size_t embd = (size_t)hp->n_embd * sizeof(float);
@@ -232,6 +240,7 @@ void fx_cuda_decoder_free(struct fx_cuda_decoder *d) {
     for (int64_t i = 0; i < d->n_allocs; i++)
         fx_cuda_free(d->allocs[i]);
     fx_cuda_host_free(d->h_step);
+    fx_cuda_host_free(d->h_x);
     fx_cuda_stream_free(d->stream);
     free(d->allocs);
     free(d->layers);
@@ -317,8 +326,11 @@ static fx_status enqueue_step(const struct fx_cuda_decoder *d, struct fx_error *
     const struct fx_hparams *hp = &d->m->hp;
     fx_status st = FX_OK;
     TRY(fx_cuda_copy_async(d->d_step, d->h_step, 8, d->stream, err));
-    TRY(fx_cuda_get_rows(&d->tok_embd, d->d_step, 1, d->x, d->stream, err));
-    for (int il = 0; il < hp->n_layer; il++) {
+    if (d->il0 == 0)
+        TRY(fx_cuda_get_rows(&d->tok_embd, d->d_step, 1, d->x, d->stream, err));
+    else /* the residual row the CPU's layers left */
+        TRY(fx_cuda_copy_async(d->x, d->h_x, (size_t)hp->n_embd * sizeof(float), d->stream, err));
+    for (int il = d->il0; il < hp->n_layer; il++) {
         TRY(attention_block(d, &d->layers[il], err));
         TRY(ffn_block(d, &d->layers[il], err));
     }
@@ -329,8 +341,11 @@ static fx_status enqueue_step(const struct fx_cuda_decoder *d, struct fx_error *
 }
 
 fx_status fx_cuda_decoder_step(struct fx_cuda_decoder *d, fx_token token, int32_t pos,
-                               float *logits, struct fx_error *err) {
+                               const float *x, float *logits, struct fx_error *err) {
     const struct fx_hparams *hp = &d->m->hp;
+    if ((d->il0 > 0) != (x != NULL))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "cuda decoder: the residual row is %s", x ? "not wanted" : "missing");
     if (token < 0 || token >= hp->n_vocab)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "token %d outside the vocabulary of %d", token, hp->n_vocab);
@@ -340,6 +355,8 @@ fx_status fx_cuda_decoder_step(struct fx_cuda_decoder *d, fx_token token, int32_
                             d->n_filled, d->n_ctx);
     d->h_step[0] = token;
     d->h_step[1] = pos;
+    if (x)
+        memcpy(d->h_x, x, (size_t)hp->n_embd * sizeof(float));
     fx_status st;
     if (!d->graph) {
         if ((st = fx_cuda_capture_begin(d->stream, err)))
@@ -370,22 +387,27 @@ bool fx_cuda_decoder_takes(const struct fx_fwd *f) {
            (f->logits_rows == FX_LOGITS_ALL || f->logits_rows == FX_LOGITS_LAST) && !f->hidden;
 }
 
+int32_t fx_cuda_decoder_cpu_layers(const struct fx_cuda_decoder *d) {
+    return d->il0;
+}
+
 fx_status fx_cuda_decoder_forward(struct fx_cuda_decoder *d, const struct fx_fwd *f,
                                   struct fx_error *err) {
-    fx_status st = fx_cuda_decoder_step(d, f->tokens[0], f->kv.u.contig.pos0, f->logits, err);
+    const float *x = d->il0 > 0 ? f->ctx->s.x : NULL;
+    fx_status st = fx_cuda_decoder_step(d, f->tokens[0], f->kv.u.contig.pos0, x, f->logits, err);
     if (st == FX_OK)
         fx_fwd_finish(f);
     return st;
 }
 
-/* Copies rows p0 .. p1 - 1 of every layer and head between the host cache and the device's:
+/* Copies rows p0 .. p1 - 1 of every device layer and head between the host cache and the device's:
  * per layer, keys then values, each one strided block (heads n_ctx rows apart on both sides). */
 static fx_status copy_rows(struct fx_cuda_decoder *d, const struct fx_kv_contig *kv, int32_t p0,
                            int32_t p1, bool to_host, struct fx_error *err) {
     if (p1 <= p0)
         return FX_OK;
     size_t n = (size_t)(p1 - p0);
-    for (int il = 0; il < kv->n_layer; il++) {
+    for (int il = d->il0; il < kv->n_layer; il++) {
         const struct dev_layer *l = &d->layers[il];
         for (int kv_v = 0; kv_v < 2; kv_v++) {
             size_t row = kv_v ? kv->v_row : kv->k_row, pitch = (size_t)kv->n_ctx * row;

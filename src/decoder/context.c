@@ -169,6 +169,9 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     if (p.n_threads < 0 || p.n_threads > FX_POOL_MAX_THREADS)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "thread count %d is not in 0..%d", p.n_threads, FX_POOL_MAX_THREADS);
+    if (p.n_gpu_layers < 0)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "GPU layers: %d",
+                            p.n_gpu_layers);
 
     struct fx_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
@@ -248,13 +251,9 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
         fill_rope(ctx, rope1, hp->rope.freq_base_swa, hp->rope.freq_scale_swa);
     s->rope[0] = rope0;
     s->rope[1] = rope1;
-    if (p.n_gpu_layers < 0 || (p.n_gpu_layers > 0 && p.n_gpu_layers < hp->n_layer)) {
-        st = fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                          "GPU layers: %d of %d: only all layers or none for now", p.n_gpu_layers,
-                          hp->n_layer);
-        goto fail;
-    }
-    if (p.n_gpu_layers > 0 && (st = fx_cuda_decoder_create(ctx, &ctx->dev, err)))
+    /* GPU layers: the last n_gpu_layers (all of them when more are asked for, as -ngl 99). */
+    int32_t n_gpu = p.n_gpu_layers < hp->n_layer ? p.n_gpu_layers : hp->n_layer;
+    if (n_gpu > 0 && (st = fx_cuda_decoder_create(ctx, n_gpu, &ctx->dev, err)))
         goto fail;
     *out = ctx;
     return FX_OK;

@@ -220,12 +220,17 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
         };
         c.n_att = attention_blocks(w, &c);
         embed_on_worker(w, &c);
-        for (int il = 0; il < m->hp.n_layer; il++) {
+        int n_layer = f->cpu_layers > 0 ? f->cpu_layers : m->hp.n_layer;
+        for (int il = 0; il < n_layer; il++) {
             fx_attn_block_on_worker(w, &c, il);
             if (m->hp.n_expert > 0)
                 fx_moe_block_on_worker(w, &c, il);
             else
                 fx_ffn_block_on_worker(w, &c, il);
+        }
+        if (f->cpu_layers > 0) { /* the device takes the residual stream from here */
+            fx_par_barrier(w);
+            continue;
         }
         output_on_worker(w, &c);
         /* The next chunk overwrites the scratch every worker may still be reading. */

@@ -95,6 +95,9 @@ struct fx_fwd {
     const int8_t *marked; /* [n] nonzero for the rows that get logits (FX_LOGITS_MARKED) */
     float *logits;        /* [n][n_vocab] (ALL), [n_vocab] (LAST), [marked rows][n_vocab] */
     float *hidden;        /* [n][n_embd] final normed hidden states, or NULL */
+    /* 0: every layer, then the output. Otherwise only layers 0 .. cpu_layers - 1 run, leaving
+     * the residual stream in ctx->s.x, and a device runs the rest (cuda/decode.h). */
+    int32_t cpu_layers;
 };
 
 /* One chunk of at most n_batch rows of a call; every worker computes the same value. */

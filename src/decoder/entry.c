@@ -7,15 +7,21 @@
 #include "decoder/decoder.h"
 
 /* Runs a prepared call (st: how its preparation went) and commits it. On a context with GPU
- * layers (cuda/decode.h), a one-token call over its cache runs on the device; any other call
- * over that cache runs here with the cache made whole on the host first and the new rows copied
- * to the device after. */
+ * layers (cuda/decode.h), a one-token call over its cache runs its first layers here (if the
+ * device does not have them all) and the rest on the device; any other call over that cache runs
+ * here with the cache made whole on the host first and the new rows copied to the device after. */
 static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
     if (st)
         return st;
     struct fx_cuda_decoder *dev = f->kv.kind == FX_KV_CONTIG ? f->ctx->dev : NULL;
-    if (dev && fx_cuda_decoder_takes(f))
+    if (dev && fx_cuda_decoder_takes(f)) {
+        /* The CPU's layers first (the pool entered once), then the device's. */
+        f->cpu_layers = fx_cuda_decoder_cpu_layers(dev);
+        if (f->cpu_layers > 0 && (st = fx_par_run(f->ctx->pool, fx_forward_on_worker, f)))
+            return fx_error_set(err, st, FX_NO_OFFSET,
+                                "a forward pass cannot run inside another parallel region");
         return fx_cuda_decoder_forward(dev, f, err);
+    }
     if (dev && (st = fx_cuda_decoder_kv_to_host(dev, &f->ctx->kv, err)))
         return st;
     st = fx_par_run(f->ctx->pool, fx_forward_on_worker, f);
