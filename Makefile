@@ -7,6 +7,8 @@
 #   make fuzz            libFuzzer targets with clang (build/fuzz/)
 #   make format-check    clang-format check of every C file
 #   make WERROR=1        warnings are errors (CI)
+#   make CUDA=1          also the CUDA backend (src/cuda/, nvcc from CUDA_HOME) and its tests,
+#                        in build/release-cuda/; the default build needs no CUDA at all
 #
 # Every file is compiled for baseline x86-64 except the per-ISA kernel files, which get their own
 # -m flags below and are only called after run-time CPU detection.
@@ -50,13 +52,48 @@ CFLAGS_ALL := -std=c11 $(WARNINGS) $(MODE_CFLAGS) -pthread -MMD -MP $(CFLAGS)
 LDFLAGS_ALL := $(MODE_LDFLAGS) -pthread $(LDFLAGS)
 LDLIBS_ALL := -lpcre2-8 -ljansson -lmicrohttpd -lm $(LDLIBS)
 
-# Library sources: every .c under src/ except the command-line program.
-LIB_SRC := $(sort $(filter-out src/cli/%,$(wildcard src/*/*.c src/*/*/*.c)))
+# Library sources: every .c under src/ except the command-line program and the CUDA backend.
+LIB_SRC := $(sort $(filter-out src/cli/% src/cuda/%,$(wildcard src/*/*.c src/*/*/*.c)))
 CLI_SRC := $(sort $(wildcard src/cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
+TEST_SRC := $(sort $(filter-out tests/test_cuda_% tests/cuda_%,$(wildcard tests/*.c)))
 FUZZ_SRC := $(sort $(wildcard fuzz/*.c))
+CUDA_OBJ :=
 
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The CUDA backend: device code in src/cuda/*.cu compiled by nvcc for CUDA_ARCH (sm_90, the H200,
+# plus its PTX so that a newer GPU can compile it at load), host glue in src/cuda/*.c, and the
+# tests that need it (tests/test_cuda_*.c, tests/cuda_*.c). FX_HAVE_CUDA tells C code the
+# backend is there. `make CUDA=1 CUDA_ARCH=sm_90` builds the one architecture only (faster).
+CUDA ?= 0
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+CUDA_ARCH ?= sm_90+ptx
+ifeq ($(CUDA_ARCH),sm_90+ptx)
+NVCC_ARCH := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+else
+NVCC_ARCH := -arch=$(CUDA_ARCH)
+endif
+NVCC_FLAGS := -std=c++17 -O2 -lineinfo $(NVCC_ARCH) -Xcompiler -Wall,-Wextra -MMD -MP
+ifeq ($(WERROR),1)
+NVCC_FLAGS += --Werror all-warnings -Xcompiler -Werror
+endif
+BUILD := $(BUILD)-cuda
+CPPFLAGS_ALL += -DFX_HAVE_CUDA
+LIB_SRC += $(sort $(wildcard src/cuda/*.c))
+TEST_SRC += $(sort $(wildcard tests/test_cuda_*.c tests/cuda_*.c))
+CUDA_OBJ := $(patsubst %.cu,$(BUILD)/%.o,$(sort $(wildcard src/cuda/*.cu)))
+LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++
+# The device matmul's read rate per format on the benchmark models' shapes (tools/gpu/).
+CUDA_BENCH := $(BUILD)/ferrox-cuda-bench
+endif
+
+# Without a GPU: every kernel's PTX must store to global memory (a body deleted by the compiler
+# for undefined behaviour stores nothing).
+.PHONY: ptx-check
+ptx-check:
+	tools/gpu/ptx-check.sh $(NVCC)
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
@@ -73,11 +110,15 @@ $(BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 .PHONY: all test fuzz format format-check clean
 .DEFAULT_GOAL := all
 
-all: $(BIN) $(LIB)
+all: $(BIN) $(LIB) $(CUDA_BENCH)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(ISA_FLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(CPPFLAGS_ALL) $(NVCC_FLAGS) -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -86,6 +127,9 @@ $(LIB): $(LIB_OBJ)
 
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS_ALL) $(CLI_OBJ) $(LIB) $(LDLIBS_ALL) -o $@
+
+$(CUDA_BENCH): $(BUILD)/tools/gpu/bench_matvec.o $(LIB)
+	$(CC) $(LDFLAGS_ALL) $< $(LIB) $(LDLIBS_ALL) -o $@
 
 $(TEST_BIN): $(TEST_OBJ) $(LIB)
 	$(CC) $(LDFLAGS_ALL) $(TEST_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL) -o $@
@@ -132,7 +176,7 @@ format:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tools/gpu/bench_matvec.d
 -include $(FUZZ_LIB_OBJ:.o=.d)
 
 # The GGUF fuzzer's seed corpus, written by the test that checks it (see tests/test_gguf_malformed.c):

@@ -405,6 +405,14 @@ struct fx_context_params {
     /* true: no contiguous cache is allocated; the context only runs steps over paged pools, and
      * n_ctx bounds the positions those steps may use. */
     bool paged_only;
+    /* Layers on the GPU (llama.cpp's -ngl): the last n_gpu_layers of the model (every layer
+     * when it is at least the layer count, as -ngl 99), with the output; 0 (the default): none.
+     * Only a build with the CUDA backend (make CUDA=1) has GPU layers, for now for dense
+     * llama-family models over an f32 or f16 cache: the context's one-token calls over its
+     * cache then run the first layers on the CPU and the rest on the device, every other call
+     * on the CPU. Anything else is refused by fx_context_create with FX_ERR_UNSUPPORTED saying
+     * why. */
+    int32_t n_gpu_layers;
 };
 
 struct fx_context_params fx_context_default_params(void);

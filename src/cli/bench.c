@@ -41,6 +41,7 @@ struct opts {
     enum fx_type type_k, type_v;
     bool kv_set;   /* -ctk or -ctv given: the md table shows the types */
     bool progress; /* --progress: a line on stderr per test and repetition */
+    int n_gpu_layers;
     /* --parallel: llama-batched-bench's lists (NULL: not that mode) and rows per step */
     int *par_pl, n_par_pl;
     int *par_pp, n_par_pp;
@@ -54,6 +55,7 @@ struct result {
     uint64_t size, n_params;
     int n_threads, n_prompt, n_gen, n_depth, reps;
     enum fx_type type_k, type_v;
+    int n_gpu_layers;
     double *samples_ts; /* [reps] */
     double avg_ts, stddev_ts;
 };
@@ -62,7 +64,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... [-p N,N...] [-n N,N...]\n"
             "                    [-d N,N...] [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE]\n"
-            "                    [-ctv TYPE] [--progress]\n"
+            "                    [-ctv TYPE] [--progress] [-ngl N]\n"
             "       ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... --parallel N,N...\n"
             "                    [-npp N,N...] [-ntg N,N...] [-d N,N...] [-b N] [-t N,N...]\n"
             "                    [-r REPS] ...\n\n"
@@ -80,6 +82,9 @@ static void usage(FILE *out) {
             "  -ctk, --cache-type-k TYPE\n"
             "  -ctv, --cache-type-v TYPE\n"
             "                      KV cache key / value type: f32, f16 (default) or q8_0\n"
+            "  -ngl, --n-gpu-layers N\n"
+            "                      layers on the GPU, the last N (a build with make CUDA=1):\n"
+            "                      tg runs them on the device, pp still runs on the CPU\n"
             "  -npl, --parallel LIST\n"
             "                      llama-batched-bench instead: LIST sequences (default\n"
             "                      1,4,16,64) prefilled and decoded together over a paged pool\n"
@@ -158,6 +163,7 @@ static struct fx_context *make_context(const struct fx_model *m, int n_ctx, int 
     p.n_threads = r->n_threads;
     p.type_k = r->type_k;
     p.type_v = r->type_v;
+    p.n_gpu_layers = r->n_gpu_layers; /* -ngl 99: every layer, as in llama.cpp */
     struct fx_context *ctx;
     struct fx_error err;
     if (fx_context_create(m, &p, &ctx, &err) != FX_OK) {
@@ -257,7 +263,10 @@ static void print_row(const struct result *r, enum fx_bench_output out, bool kv,
         else
             snprintf(params, sizeof params, "%.2f M", (double)r->n_params / 1e6);
         snprintf(ts, sizeof ts, "%.2f ± %.2f", r->avg_ts, r->stddev_ts);
-        printf("| %-30s | %10s | %10s | %-7s | %7d |", r->desc, size, params, "CPU", r->n_threads);
+        /* With GPU layers, decode (tg) runs on the device; prefill (pp) still runs on the CPU. */
+        const char *backend = r->n_gpu_layers > 0 && !r->n_prompt ? "CUDA" : "CPU";
+        printf("| %-30s | %10s | %10s | %-7s | %7d |", r->desc, size, params, backend,
+               r->n_threads);
         if (kv)
             printf(" %6s | %6s |", tk, tv);
         printf(" %*s | %20s |\n", tw, test, ts);
@@ -343,6 +352,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"n-prompt-parallel", required_argument, NULL, 'Q'},
                                          {"n-gen-parallel", required_argument, NULL, 'G'},
                                          {"batch-size", required_argument, NULL, 'b'},
+                                         {"n-gpu-layers", required_argument, NULL, 'g'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
@@ -398,6 +408,12 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             }
             break;
         }
+        case 'g':
+            if (!fx_cli_parse_int(optarg, 0, 1 << 16, &o->n_gpu_layers)) {
+                fprintf(stderr, "ferrox bench: bad GPU layer count '%s'\n", optarg);
+                return 2;
+            }
+            break;
         case 'b':
             if (!fx_cli_parse_int(optarg, 1, 1 << 16, &o->n_batch)) {
                 fprintf(stderr, "ferrox bench: bad batch size '%s'\n", optarg);
@@ -520,6 +536,7 @@ static int bench_tests(const struct opts *o) {
                            .reps = o->reps,
                            .type_k = o->type_k,
                            .type_v = o->type_v,
+                           .n_gpu_layers = o->n_gpu_layers,
                            .samples_ts = samples};
         fx_cli_bench_describe(m, r.desc, sizeof r.desc);
         for (int ti = 0; rc == 0 && ti < o->n_threads; ti++) {

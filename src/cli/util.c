@@ -190,11 +190,9 @@ const char *fx_cli_kv_type_name(enum fx_type t) {
 }
 
 void fx_cli_expand_aliases(int argc, char **argv) {
-    static const char *const aliases[][2] = {{"-ctk", "--cache-type-k"},
-                                             {"-ctv", "--cache-type-v"},
-                                             {"-npp", "--n-prompt-parallel"},
-                                             {"-ntg", "--n-gen-parallel"},
-                                             {"-npl", "--parallel"}};
+    static const char *const aliases[][2] = {
+        {"-ctk", "--cache-type-k"},   {"-ctv", "--cache-type-v"}, {"-npp", "--n-prompt-parallel"},
+        {"-ntg", "--n-gen-parallel"}, {"-npl", "--parallel"},     {"-ngl", "--n-gpu-layers"}};
     for (int i = 1; i < argc; i++)
         for (size_t a = 0; a < sizeof aliases / sizeof aliases[0]; a++)
             if (strcmp(argv[i], aliases[a][0]) == 0)

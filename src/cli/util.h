@@ -21,8 +21,8 @@ bool fx_cli_parse_kv_type(const char *s, enum fx_type *out);
 /* "f32", "f16" or "q8_0". */
 const char *fx_cli_kv_type_name(enum fx_type t);
 
-/* llama.cpp's single-dash long options (-ctk, -ctv, -npp, -ntg, -npl) rewritten in argv as their
- * double-dash names (--cache-type-k, ...), so that getopt_long reads both spellings. */
+/* llama.cpp's single-dash long options (-ctk, -ctv, -npp, -ntg, -npl, -ngl) rewritten in argv as
+ * their double-dash names (--cache-type-k, ...), so that getopt_long reads both spellings. */
 void fx_cli_expand_aliases(int argc, char **argv);
 
 /* Seconds on a monotonic clock. */

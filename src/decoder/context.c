@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "decoder/decoder.h"
 #include "kv/state.h"
+#include "cuda/decode.h"
 
 #define ARENA_ALIGN 64
 
@@ -230,6 +231,9 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     if (p.n_threads < 0 || p.n_threads > FX_POOL_MAX_THREADS)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "thread count %d is not in 0..%d", p.n_threads, FX_POOL_MAX_THREADS);
+    if (p.n_gpu_layers < 0)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "GPU layers: %d",
+                            p.n_gpu_layers);
 
     struct fx_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx)
@@ -326,6 +330,10 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
         fill_rope(ctx, rope1, hp->rope.freq_base_swa, hp->rope.freq_scale_swa);
     s->rope[0] = rope0;
     s->rope[1] = rope1;
+    /* GPU layers: the last n_gpu_layers (all of them when more are asked for, as -ngl 99). */
+    int32_t n_gpu = p.n_gpu_layers < hp->n_layer ? p.n_gpu_layers : hp->n_layer;
+    if (n_gpu > 0 && (st = fx_cuda_decoder_create(ctx, n_gpu, &ctx->dev, err)))
+        goto fail;
     *out = ctx;
     return FX_OK;
 fail:
@@ -336,6 +344,7 @@ fail:
 void fx_context_free(struct fx_context *ctx) {
     if (!ctx)
         return;
+    fx_cuda_decoder_free(ctx->dev);
     fx_pool_free(ctx->pool);
     fx_kv_contig_release(&ctx->kv);
     fx_rstate_release(&ctx->rs);
@@ -365,6 +374,8 @@ fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_er
                             "state of %s can only be kept whole or cleared",
                             ctx->kv.n_filled, n, ctx->model->arch);
     ctx->kv.n_filled = n;
+    if (ctx->dev)
+        fx_cuda_decoder_truncate(ctx->dev, n);
     return FX_OK;
 }
 
@@ -380,6 +391,12 @@ fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *to
         return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
                             "saving the state of a %s sequence (recurrent state) is not supported",
                             ctx->model->arch);
+    /* Rows the device wrote join the host cache first: a copy of what the context holds, so the
+     * context is unchanged in what it computes (hence the cast). */
+    fx_status st;
+    if (ctx->dev &&
+        (st = fx_cuda_decoder_kv_to_host(ctx->dev, (struct fx_kv_contig *)&ctx->kv, err)))
+        return st;
     return fx_kv_contig_save(&ctx->kv, ctx->model, tokens, n, path, err);
 }
 
@@ -395,5 +412,8 @@ fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const 
                             "loading the state of a %s sequence (recurrent state) is not "
                             "supported",
                             ctx->model->arch);
-    return fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
+    fx_status st = fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
+    if (st == FX_OK && ctx->dev)
+        st = fx_cuda_decoder_kv_from_host(ctx->dev, &ctx->kv, 0, ctx->kv.n_filled, err);
+    return st;
 }

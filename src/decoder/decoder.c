@@ -255,7 +255,7 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
         };
         c.n_att = attention_blocks(w, &c);
         /* The trunk's layers, or the MTP head's block after them. */
-        int il0 = 0, il1 = m->hp.n_layer;
+        int il0 = 0, il1 = f->cpu_layers > 0 ? f->cpu_layers : m->hp.n_layer;
         if (f->hidden_in) {
             mtp_input_on_worker(w, &c);
             il0 = m->hp.n_layer;
@@ -272,6 +272,10 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
                 fx_moe_block_on_worker(w, &c, il);
             else
                 fx_ffn_block_on_worker(w, &c, il);
+        }
+        if (f->cpu_layers > 0) { /* the device takes the residual stream from here */
+            fx_par_barrier(w);
+            continue;
         }
         output_on_worker(w, &c);
         /* The next chunk overwrites the scratch every worker may still be reading. */

@@ -81,6 +81,8 @@ struct fx_scratch {
     const float *rope[2];
 };
 
+struct fx_cuda_decoder; /* cuda/decode.h */
+
 struct fx_context {
     const struct fx_model *model;
     const struct fx_kernels *k;
@@ -95,6 +97,7 @@ struct fx_context {
     struct fx_scratch s;
     void *arena; /* the one allocation behind every scratch buffer */
     const char *dump_dir;
+    struct fx_cuda_decoder *dev; /* the device step of a context with GPU layers, else NULL */
 };
 
 /* Which rows of a call get logits. */
@@ -113,6 +116,9 @@ struct fx_fwd {
     /* [n][n_embd] the MTP head's hidden inputs: the call runs MTP block 0 over the MTP cache
      * instead of the trunk (fx_forward_mtp). NULL for the trunk. */
     const float *hidden_in;
+    /* 0: every layer, then the output. Otherwise only layers 0 .. cpu_layers - 1 run, leaving
+     * the residual stream in ctx->s.x, and a device runs the rest (cuda/decode.h). */
+    int32_t cpu_layers;
 };
 
 /* One chunk of at most n_batch rows of a call; every worker computes the same value. */

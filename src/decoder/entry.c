@@ -3,17 +3,35 @@
  * layers), and records the new cache length. Nothing else in the library defines a public
  * fx_forward_* function; a test checks it. */
 #include "core/error.h"
+#include "cuda/decode.h"
 #include "decoder/decoder.h"
 
-/* Runs a prepared call (st: how its preparation went) and commits it. */
+/* Runs a prepared call (st: how its preparation went) and commits it. On a context with GPU
+ * layers (cuda/decode.h), a one-token call over its cache runs its first layers here (if the
+ * device does not have them all) and the rest on the device; any other call over that cache runs
+ * here with the cache made whole on the host first and the new rows copied to the device after. */
 static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
     if (st)
+        return st;
+    struct fx_cuda_decoder *dev = f->kv.kind == FX_KV_CONTIG ? f->ctx->dev : NULL;
+    if (dev && fx_cuda_decoder_takes(f)) {
+        /* The CPU's layers first (the pool entered once), then the device's. */
+        f->cpu_layers = fx_cuda_decoder_cpu_layers(dev);
+        if (f->cpu_layers > 0 && (st = fx_par_run(f->ctx->pool, fx_forward_on_worker, f)))
+            return fx_error_set(err, st, FX_NO_OFFSET,
+                                "a forward pass cannot run inside another parallel region");
+        return fx_cuda_decoder_forward(dev, f, err);
+    }
+    if (dev && (st = fx_cuda_decoder_kv_to_host(dev, &f->ctx->kv, err)))
         return st;
     st = fx_par_run(f->ctx->pool, fx_forward_on_worker, f);
     if (st)
         return fx_error_set(err, st, FX_NO_OFFSET,
                             "a forward pass cannot run inside another parallel region");
     fx_fwd_finish(f);
+    if (dev)
+        return fx_cuda_decoder_kv_from_host(dev, &f->ctx->kv, f->kv.u.contig.pos0, (int32_t)f->n,
+                                            err);
     return FX_OK;
 }
 

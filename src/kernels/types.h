@@ -109,21 +109,27 @@ struct fx_block_iq4_xs {
     uint8_t qs[FX_QK_K / 2];        /* per sub-block of 32, 16 bytes ordered as Q4_0's */
 };
 
-/* The sizes GGUF (and core/dtype.c) give each block; a test checks the two tables agree. */
-_Static_assert(sizeof(struct fx_block_q4_0) == 18, "q4_0 block size");
-_Static_assert(sizeof(struct fx_block_q4_1) == 20, "q4_1 block size");
-_Static_assert(sizeof(struct fx_block_q5_0) == 22, "q5_0 block size");
-_Static_assert(sizeof(struct fx_block_q5_1) == 24, "q5_1 block size");
-_Static_assert(sizeof(struct fx_block_q8_0) == 34, "q8_0 block size");
-_Static_assert(sizeof(struct fx_block_q8_1) == 36, "q8_1 block size");
-_Static_assert(sizeof(struct fx_block_q2_K) == 84, "q2_K block size");
-_Static_assert(sizeof(struct fx_block_q3_K) == 110, "q3_K block size");
-_Static_assert(sizeof(struct fx_block_q4_K) == 144, "q4_K block size");
-_Static_assert(sizeof(struct fx_block_q5_K) == 176, "q5_K block size");
-_Static_assert(sizeof(struct fx_block_q6_K) == 210, "q6_K block size");
-_Static_assert(sizeof(struct fx_block_q8_K) == 292, "q8_K block size");
-_Static_assert(sizeof(struct fx_block_mxfp4) == 17, "mxfp4 block size");
-_Static_assert(sizeof(struct fx_block_iq4_nl) == 18, "iq4_nl block size");
-_Static_assert(sizeof(struct fx_block_iq4_xs) == 136, "iq4_xs block size");
+/* The sizes GGUF (and core/dtype.c) give each block; a test checks the two tables agree. The
+ * CUDA backend's device code (C++, src/cuda/) reads these structs too, hence the spelling. */
+#ifdef __cplusplus
+#define FX_STATIC_ASSERT static_assert
+#else
+#define FX_STATIC_ASSERT _Static_assert
+#endif
+FX_STATIC_ASSERT(sizeof(struct fx_block_q4_0) == 18, "q4_0 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q4_1) == 20, "q4_1 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q5_0) == 22, "q5_0 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q5_1) == 24, "q5_1 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q8_0) == 34, "q8_0 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q8_1) == 36, "q8_1 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q2_K) == 84, "q2_K block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q3_K) == 110, "q3_K block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q4_K) == 144, "q4_K block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q5_K) == 176, "q5_K block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q6_K) == 210, "q6_K block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_q8_K) == 292, "q8_K block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_mxfp4) == 17, "mxfp4 block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_iq4_nl) == 18, "iq4_nl block size");
+FX_STATIC_ASSERT(sizeof(struct fx_block_iq4_xs) == 136, "iq4_xs block size");
 
 #endif
