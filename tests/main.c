@@ -114,10 +114,15 @@ const char *fx_test_tmpdir(void) {
     return tmpdir;
 }
 
+/* path = the temporary directory / name, refusing what does not fit in PATH_MAX bytes. */
+static void tmp_path(char *path, const char *name) {
+    if (snprintf(path, PATH_MAX, "%s/%s", fx_test_tmpdir(), name) >= PATH_MAX)
+        fail_msg("temporary path too long for %s", name);
+}
+
 const char *fx_test_tmpfile(const char *name) {
-    const char *dir = fx_test_tmpdir();
     char *path = ring_slot();
-    snprintf(path, PATH_MAX, "%s/%s", dir, name);
+    tmp_path(path, name);
     return path;
 }
 
@@ -161,9 +166,13 @@ int fx_test_run_cli(const char *const *args, const char *stdin_text, char **out,
     static unsigned serial;
     char in_path[PATH_MAX], out_path[PATH_MAX], err_path[PATH_MAX];
     unsigned id = __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED);
-    snprintf(in_path, sizeof in_path, "%s/cli-%u.in", fx_test_tmpdir(), id);
-    snprintf(out_path, sizeof out_path, "%s/cli-%u.out", fx_test_tmpdir(), id);
-    snprintf(err_path, sizeof err_path, "%s/cli-%u.err", fx_test_tmpdir(), id);
+    char name[32];
+    snprintf(name, sizeof name, "cli-%u.in", id);
+    tmp_path(in_path, name);
+    snprintf(name, sizeof name, "cli-%u.out", id);
+    tmp_path(out_path, name);
+    snprintf(name, sizeof name, "cli-%u.err", id);
+    tmp_path(err_path, name);
     fx_test_write_file(in_path, stdin_text ? stdin_text : "", stdin_text ? strlen(stdin_text) : 0);
 
     size_t n = 0;

@@ -98,8 +98,8 @@ static fx_status upload_mat(struct fx_cuda_decoder *d, const struct fx_mat *w,
  * description must be either computed here or refused in unsupported() below, never silently
  * ignored: these sizes stop the CUDA build when the description changes, until this file has
  * been checked against it (x86-64 sizes). */
-_Static_assert(sizeof(struct fx_layer) == 824, "struct fx_layer changed: check decode.c");
-_Static_assert(sizeof(struct fx_hparams) == 144, "struct fx_hparams changed: check decode.c");
+_Static_assert(sizeof(struct fx_layer) == 1376, "struct fx_layer changed: check decode.c");
+_Static_assert(sizeof(struct fx_hparams) == 192, "struct fx_hparams changed: check decode.c");
 
 /* What the device step does not compute yet, or NULL when it computes this model. */
 static const char *unsupported(const struct fx_context *ctx) {
@@ -107,6 +107,13 @@ static const char *unsupported(const struct fx_context *ctx) {
     const struct fx_hparams *hp = &m->hp;
     if (hp->n_expert > 0)
         return "mixture of experts";
+    if (hp->n_layer_rec > 0)
+        return "recurrent (Gated DeltaNet) layers";
+    if (hp->n_nextn > 0)
+        return "multi-token-prediction blocks";
+    for (int i = 0; i < 4; i++)
+        if (hp->rope.sections[i])
+            return "multi-section rope";
     if (hp->act != FX_FFN_SILU)
         return "an FFN activation other than SiLU";
     if (hp->final_softcap > 0.0f)
@@ -128,6 +135,8 @@ static const char *unsupported(const struct fx_context *ctx) {
             return "attention sinks";
         if (l->post_attn_norm || l->post_ffn_norm)
             return "post-norms";
+        if (l->attn_out_gate)
+            return "a gated attention output";
         const struct fx_mat *ws[] = {&l->wq,       &l->wk,     &l->wv,      &l->wo,
                                      &l->ffn_gate, &l->ffn_up, &l->ffn_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
