@@ -9,10 +9,17 @@
 static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
     if (st)
         return st;
+    struct fx_moe_step *moe = f->ctx->s.xstep;
+    moe->st = FX_OK;
+    moe->pred_layer = -1;
     st = fx_par_run(f->ctx->pool, fx_forward_on_worker, f);
     if (st)
         return fx_error_set(err, st, FX_NO_OFFSET,
                             "a forward pass cannot run inside another parallel region");
+    /* An expert that could not be read (the model file changed or shrank): nothing of the call
+     * is committed, and its outputs are not to be read. */
+    if (moe->st)
+        return fx_error_set(err, moe->st, FX_NO_OFFSET, "%s", moe->err.msg);
     fx_fwd_finish(f);
     return FX_OK;
 }

@@ -1,0 +1,267 @@
+/* model/expert_cache.c and the MoE block's rounds: a model whose experts stream through a cache
+ * computes the resident model's logits byte for byte (prefill, decode, a multi-sequence step),
+ * with caches of one expert, one expert per layer, half the experts and all of them; a cache
+ * smaller than one expert is refused naming the minimum; a model file that changes or shrinks
+ * under a running model gives an error. moe_cache_every_table runs the comparison again in a
+ * child process per kernel table this CPU has (the table is chosen once per process). */
+#include "fx_test.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "golden.h"
+#include "kernels/kernels.h"
+
+enum { N_DECODE = 4, N_THREADS = 3 };
+
+static const char *const STEMS[] = {"qwen3moe-tiny.F32.P1", "qwen3moe-tiny.Q8_0.P1",
+                                    "gptoss-tiny.F32.P1", "gptoss-tiny.MXFP4_MOE.P1"};
+
+static fx_status load(const char *path, uint64_t cache, struct fx_model **m, struct fx_error *err) {
+    struct fx_model_params mp = fx_model_default_params();
+    mp.moe_cache_bytes = cache;
+    return fx_model_load(path, &mp, m, err);
+}
+
+/* The smallest cache the model accepts, read from the refusal of a 1-byte one. */
+static uint64_t min_cache(const char *path) {
+    struct fx_model *m;
+    struct fx_error err;
+    assert_int_equal(load(path, 1, &m, &err), FX_ERR_INVALID_ARG);
+    const char *at = strstr(err.msg, "the minimum is ");
+    if (!at)
+        fail_msg("no minimum in '%s'", err.msg);
+    return strtoull(at + strlen("the minimum is "), NULL, 10);
+}
+
+/* Logits of the golden's prompt as one batch ([n_prompt][n_vocab]), then of N_DECODE tokens one
+ * at a time, then of one multi-sequence step of two sequences' prompts over a paged pool, all
+ * into out. Returns the model's expert-cache counters. */
+static struct fx_moe_stats run_all(const struct fx_golden *g, uint64_t cache, float *out) {
+    struct fx_model *m;
+    struct fx_context *ctx;
+    struct fx_error err;
+    if (load(g->model_path, cache, &m, &err) != FX_OK)
+        fail_msg("%s", err.msg);
+    struct fx_context_params cp = fx_context_default_params();
+    cp.n_ctx = 128;
+    cp.n_threads = N_THREADS;
+    cp.type_k = cp.type_v = FX_TYPE_F32;
+    assert_int_equal(fx_context_create(m, &cp, &ctx, &err), FX_OK);
+    int np = g->n_prompt, nv = g->n_vocab;
+    assert_int_equal(fx_forward_batch(ctx, g->prompt, np, 0, out, &err), FX_OK);
+    out += (size_t)np * (size_t)nv;
+    for (int i = 0; i < N_DECODE; i++, out += nv)
+        assert_int_equal(fx_forward_token(ctx, g->prompt[i], np + i, out, &err), FX_OK);
+
+    struct fx_kv_pool_params pp = fx_kv_pool_default_params();
+    pp.n_blocks = 32;
+    pp.type_k = pp.type_v = FX_TYPE_F32;
+    struct fx_kv_pool *pool;
+    assert_int_equal(fx_kv_pool_create(m, &pp, &pool, &err), FX_OK);
+    fx_seq_id sq[2];
+    fx_token tok[2 * FX_GOLDEN_MAX_IDS];
+    int32_t pos[2 * FX_GOLDEN_MAX_IDS];
+    fx_seq_id ids[2 * FX_GOLDEN_MAX_IDS];
+    int8_t want[2 * FX_GOLDEN_MAX_IDS];
+    for (int s = 0; s < 2; s++)
+        assert_int_equal(fx_kv_seq_create(pool, &sq[s], &err), FX_OK);
+    int n = 0;
+    for (int s = 0; s < 2; s++)
+        for (int i = s; i < np; i++, n++) { /* the second sequence starts one token later */
+            tok[n] = g->prompt[i];
+            pos[n] = i - s;
+            ids[n] = sq[s];
+            want[n] = i == np - 1;
+        }
+    struct fx_batch b = {.n = n, .token = tok, .pos = pos, .seq = ids, .logits = want};
+    assert_int_equal(fx_forward_multi_seq(ctx, pool, &b, out, &err), FX_OK);
+
+    struct fx_moe_stats st;
+    fx_model_moe_stats(m, &st);
+    fx_kv_pool_free(pool);
+    fx_context_free(ctx);
+    fx_model_free(m);
+    return st;
+}
+
+static size_t n_logits(const struct fx_golden *g) {
+    return (size_t)(g->n_prompt + N_DECODE + 2) * (size_t)g->n_vocab;
+}
+
+FX_TEST(moe_cache_identical_to_resident) {
+    for (size_t f = 0; f < sizeof STEMS / sizeof STEMS[0]; f++) {
+        struct fx_golden g;
+        fx_test_golden_load(STEMS[f], &g);
+        float *want = malloc(n_logits(&g) * sizeof(float));
+        float *got = malloc(n_logits(&g) * sizeof(float));
+        assert_non_null(want);
+        assert_non_null(got);
+        struct fx_moe_stats st = run_all(&g, 0, want);
+        assert_int_equal(st.cache_bytes, 0);
+
+        struct fx_model *m;
+        struct fx_error err;
+        assert_int_equal(load(g.model_path, 0, &m, &err), FX_OK);
+        int n_layer = fx_model_n_layer(m);
+        fx_model_free(m);
+        int n_expert = 4; /* every MoE fixture has 4 experts, 2 used */
+        uint64_t one = min_cache(g.model_path);
+        /* One expert (less than a step uses: streams), one per layer, half, all. */
+        uint64_t sizes[] = {one, one * (uint64_t)n_layer, one * (uint64_t)(n_layer * n_expert / 2),
+                            one * (uint64_t)(n_layer * n_expert)};
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            memset(got, 0xff, n_logits(&g) * sizeof(float));
+            st = run_all(&g, sizes[i], got);
+            print_message("  %s, cache of %" PRIu64 " experts: %" PRIu64 " misses, %" PRIu64
+                          " read ahead, %" PRIu64 " bytes, lookahead %" PRIu64 "/%" PRIu64
+                          ", %" PRIu64 " streamed layers\n",
+                          STEMS[f], sizes[i] / one, st.misses, st.prefetches, st.bytes_read,
+                          st.lookahead_hits, st.lookahead_checked, st.streamed_layers);
+            assert_memory_equal(got, want, n_logits(&g) * sizeof(float));
+            assert_int_equal(st.n_slots, (int32_t)(sizes[i] / one));
+            assert_true(st.misses > 0 && st.bytes_read > 0);
+            assert_true(st.experts_used >= st.misses);
+            assert_true(st.lookahead_checked > 0 && st.lookahead_hits <= st.lookahead_checked);
+            /* One expert is fewer than any step uses (2 a token): it streams, and says so once
+             * (seen on stderr); a cache of every expert never has to. */
+            if (i == 0)
+                assert_true(st.streamed_layers > 0);
+            if (i == 3)
+                assert_int_equal(st.streamed_layers, 0);
+        }
+        free(want);
+        free(got);
+        fx_test_golden_free(&g);
+    }
+}
+
+FX_TEST(moe_cache_every_table) {
+    static const char *const tables[] = {"generic", "avx2", "avx512"};
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(len > 0);
+    self[len] = '\0';
+    for (size_t t = 0; t < 3; t++) {
+        if (!fx_kernels_named(tables[t]))
+            continue; /* this CPU lacks it */
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            setenv("FERROX_CPU", tables[t], 1);
+            setenv("FX_TEST_FILTER", "moe_cache_identical_to_resident", 1);
+            execl(self, self, (char *)NULL);
+            _exit(127);
+        }
+        int status;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("the %s table's run failed (status %d)", tables[t], status);
+    }
+}
+
+FX_TEST(moe_cache_smaller_than_one_expert_is_refused) {
+    struct fx_golden g;
+    fx_test_golden_load("gptoss-tiny.MXFP4_MOE.P1", &g);
+    uint64_t one = min_cache(g.model_path);
+    struct fx_model *m;
+    struct fx_error err;
+    assert_int_equal(load(g.model_path, one - 1, &m, &err), FX_ERR_INVALID_ARG);
+    char want[64];
+    snprintf(want, sizeof want, "the minimum is %" PRIu64 " bytes", one);
+    assert_non_null(strstr(err.msg, want));
+    assert_null(m);
+    assert_int_equal(load(g.model_path, one, &m, &err), FX_OK);
+    fx_model_free(m);
+    /* A dense model ignores the cache. */
+    fx_test_golden_free(&g);
+    fx_test_golden_load("llama-tiny.F32.P1", &g);
+    assert_int_equal(load(g.model_path, 1, &m, &err), FX_OK);
+    struct fx_moe_stats st;
+    fx_model_moe_stats(m, &st);
+    assert_int_equal(st.cache_bytes, 0);
+    fx_model_free(m);
+    fx_test_golden_free(&g);
+}
+
+/* A copy of the golden's model loaded with a one-expert cache (every expert is read again at
+ * each use), after one good forward pass. */
+static void load_copy(const struct fx_golden *g, const char *path, struct fx_model **m,
+                      struct fx_context **ctx, float *row) {
+    size_t size;
+    char *bytes = fx_test_read_file(g->model_path, &size);
+    fx_test_write_file(path, bytes, size);
+    free(bytes);
+    struct fx_error err;
+    assert_int_equal(load(path, min_cache(path), m, &err), FX_OK);
+    struct fx_context_params cp = fx_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_threads = N_THREADS;
+    assert_int_equal(fx_context_create(*m, &cp, ctx, &err), FX_OK);
+    assert_int_equal(fx_forward_batch_last(*ctx, g->prompt, g->n_prompt, 0, row, &err), FX_OK);
+}
+
+FX_TEST(moe_cache_file_changed_is_an_error) {
+    struct fx_golden g;
+    fx_test_golden_load("qwen3moe-tiny.F32.P1", &g);
+    const char *path = fx_test_tmpfile("moe-changed.gguf");
+    float *row = malloc(sizeof(float) * (size_t)g.n_vocab);
+    assert_non_null(row);
+    struct fx_model *m;
+    struct fx_context *ctx;
+    struct fx_error err;
+
+    /* Bytes of every expert of layer 0 changed, with the size and time put back: only the
+     * checksums of their first reads can tell. */
+    load_copy(&g, path, &m, &ctx, row);
+    const struct fx_tensor_view *t =
+        fx_gguf_find_tensor(fx_model_gguf(m), "blk.0.ffn_up_exps.weight");
+    assert_non_null(t);
+    struct stat before;
+    assert_int_equal(stat(path, &before), 0);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    uint64_t off = fx_gguf_data_offset(fx_model_gguf(m)) + t->offset;
+    for (int e = 0; e < 4; e++) {
+        float v = 1234.5f;
+        assert_int_equal(pwrite(fd, &v, sizeof v, (off_t)(off + (uint64_t)e * t->n_bytes / 4)),
+                         (ssize_t)sizeof v);
+    }
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    assert_int_equal(futimens(fd, times), 0);
+    close(fd);
+    assert_int_equal(fx_context_kv_truncate(ctx, 0, &err), FX_OK);
+    assert_int_equal(fx_forward_batch_last(ctx, g.prompt, g.n_prompt, 0, row, &err), FX_ERR_IO);
+    print_message("  changed: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "differ from their first read"));
+    assert_non_null(strstr(err.msg, "layer 0"));
+    /* The cache still works for what it can read: the context is not left half-written. */
+    assert_int_equal(fx_context_kv_len(ctx), 0);
+    fx_context_free(ctx);
+    fx_model_free(m);
+
+    /* Truncated in the middle of the file's last tensor, an expert stack (what lies before it
+     * is read through the mapping, where a cut would fault). */
+    load_copy(&g, path, &m, &ctx, row);
+    const struct fx_gguf *gg = fx_model_gguf(m);
+    const struct fx_tensor_view *last = fx_gguf_tensor_at(gg, 0);
+    for (int64_t i = 1; i < fx_gguf_n_tensors(gg); i++)
+        if (fx_gguf_tensor_at(gg, i)->offset > last->offset)
+            last = fx_gguf_tensor_at(gg, i);
+    assert_non_null(strstr(last->name, "_exps.weight"));
+    assert_int_equal(
+        truncate(path, (off_t)(fx_gguf_data_offset(gg) + last->offset + last->n_bytes / 2)), 0);
+    assert_int_equal(fx_forward_token(ctx, g.prompt[0], g.n_prompt, row, &err), FX_ERR_IO);
+    print_message("  truncated: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "changed since it was loaded"));
+    assert_int_equal(fx_context_kv_len(ctx), g.n_prompt);
+    fx_context_free(ctx);
+    fx_model_free(m);
+    free(row);
+    fx_test_golden_free(&g);
+}
