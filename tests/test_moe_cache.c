@@ -265,3 +265,62 @@ FX_TEST(moe_cache_file_changed_is_an_error) {
     free(row);
     fx_test_golden_free(&g);
 }
+
+/* ferrox eval with --moe-cache writes the resident run's logits byte for byte, the decode steps
+ * of --greedy included; ferrox run -v reports the cache after each step and says once that a
+ * one-expert cache streams; a size below one expert is refused naming the minimum. */
+FX_TEST(moe_cache_cli) {
+    struct fx_golden g;
+    fx_test_golden_load("gptoss-tiny.MXFP4_MOE.P1", &g);
+    char ids[1024] = "", *p = ids;
+    for (int i = 0; i < g.n_prompt; i++)
+        p += snprintf(p, sizeof ids - (size_t)(p - ids), i ? ",%d" : "%d", g.prompt[i]);
+    char one[32], below[32];
+    snprintf(one, sizeof one, "%" PRIu64, min_cache(g.model_path));
+    snprintf(below, sizeof below, "%" PRIu64, min_cache(g.model_path) - 1);
+    const char *paths[2] = {fx_test_tmpfile("resident.logits"), fx_test_tmpfile("cache.logits")};
+    char *outs[2], *err;
+    for (int i = 0; i < 2; i++) {
+        const char *args[] = {
+            "eval",   "-m", g.model_path, "--ids",    ids, "--logits-out",
+            paths[i], "-t", "2",          "--greedy", "8", i ? "--moe-cache" : NULL,
+            one,      NULL};
+        int rc = fx_test_run_cli(args, NULL, &outs[i], &err);
+        if (rc != 0)
+            fail_msg("ferrox eval exited %d: %s", rc, err);
+        free(err);
+    }
+    assert_string_equal(outs[0], outs[1]); /* the greedy ids */
+    size_t n0, n1;
+    char *l0 = fx_test_read_file(paths[0], &n0), *l1 = fx_test_read_file(paths[1], &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(l0, l1, n0);
+    free(l0);
+    free(l1);
+    free(outs[0]);
+    free(outs[1]);
+
+    const char *run[] = {"run",    "-m", g.model_path, "-p",          "Hello", "-n", "3",
+                         "--temp", "0",  "-v",         "--moe-cache", one,     NULL};
+    int rc = fx_test_run_cli(run, NULL, NULL, &err);
+    if (rc != 0)
+        fail_msg("ferrox run exited %d: %s", rc, err);
+    assert_non_null(strstr(err, "moe prompt: "));
+    assert_non_null(strstr(err, "moe step: "));
+    const char *streams = strstr(err, "experts stream through it");
+    assert_non_null(streams);
+    assert_null(strstr(streams + 1, "experts stream through it"));
+    free(err);
+
+    const char *small[] = {"run", "-m", g.model_path, "-p", "Hi", "--moe-cache", below, NULL};
+    assert_int_equal(fx_test_run_cli(small, NULL, NULL, &err), 1);
+    char want[64];
+    snprintf(want, sizeof want, "the minimum is %s bytes", one);
+    assert_non_null(strstr(err, want));
+    free(err);
+    const char *junk[] = {"run", "-m", g.model_path, "--moe-cache", "12Q", NULL};
+    assert_int_equal(fx_test_run_cli(junk, NULL, NULL, &err), 2);
+    assert_non_null(strstr(err, "--moe-cache"));
+    free(err);
+    fx_test_golden_free(&g);
+}

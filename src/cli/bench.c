@@ -41,6 +41,7 @@ struct opts {
     int *par_pp, n_par_pp;
     int *par_tg, n_par_tg;
     int n_batch;
+    uint64_t moe_cache; /* --moe-cache bytes, 0: resident */
 };
 
 struct result {
@@ -57,6 +58,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... [-p N,N...] [-n N,N...]\n"
             "                    [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE] [-ctv TYPE]\n"
+            "                    [--moe-cache SIZE]\n"
             "       ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... --parallel N,N...\n"
             "                    [-npp N,N...] [-ntg N,N...] [-b N] [-t N,N...] [-r REPS] ...\n\n"
             "  -m FILE             a GGUF model (repeatable)\n"
@@ -78,7 +80,10 @@ static void usage(FILE *out) {
             "  -ntg, --n-gen-parallel LIST\n"
             "                      generated tokens per sequence for --parallel (default 128)\n"
             "  -b, --batch-size N  rows per step of a --parallel prefill (default 512)\n"
-            "                      (-r defaults to 1 with --parallel; figures are means)\n");
+            "                      (-r defaults to 1 with --parallel; figures are means)\n"
+            "%s"
+            "                            (and each test's expert-cache figures on stderr)\n",
+            FX_CLI_MOE_CACHE_USAGE);
 }
 
 static double mean(const double *x, int n) {
@@ -259,11 +264,13 @@ static void print_row(const struct result *r, enum fx_bench_output out, bool kv,
     fflush(stdout);
 }
 
-struct fx_model *fx_cli_bench_load_model(const char *spec) {
+struct fx_model *fx_cli_bench_load_model(const char *spec, uint64_t moe_cache) {
     struct fx_model *m = NULL;
     struct fx_error err;
+    struct fx_model_params mp = fx_model_default_params();
+    mp.moe_cache_bytes = moe_cache;
     if (strncmp(spec, "synth:", 6) != 0) {
-        if (fx_model_load(spec, NULL, &m, &err) != FX_OK)
+        if (fx_model_load(spec, &mp, &m, &err) != FX_OK)
             fprintf(stderr, "ferrox bench: %s\n", err.msg);
         return m;
     }
@@ -289,8 +296,8 @@ struct fx_model *fx_cli_bench_load_model(const char *spec) {
     fx_status st = fx_synth_write(plan, path, NULL, &err);
     fx_synth_model_free(plan);
     if (st == FX_OK)
-        st = fx_model_load(path, NULL, &m, &err);
-    unlink(path);
+        st = fx_model_load(path, &mp, &m, &err);
+    unlink(path); /* an expert cache keeps the file open */
     if (st)
         fprintf(stderr, "ferrox bench: %s\n", err.msg);
     return m;
@@ -310,6 +317,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"n-prompt-parallel", required_argument, NULL, 'Q'},
                                          {"n-gen-parallel", required_argument, NULL, 'G'},
                                          {"batch-size", required_argument, NULL, 'b'},
+                                         {"moe-cache", required_argument, NULL, 'M'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
@@ -380,6 +388,12 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             }
             o->reps_set = true;
             break;
+        case 'M':
+            if (!fx_cli_parse_size(optarg, &o->moe_cache) || o->moe_cache == 0) {
+                fprintf(stderr, "ferrox bench: --moe-cache wants a size (4G, 512M, 256K)\n");
+                return 2;
+            }
+            break;
         case 'o':
             if (strcmp(optarg, "md") == 0)
                 o->out = FX_BENCH_MD;
@@ -427,7 +441,7 @@ static int bench_parallel(const struct opts *o) {
         fx_cli_bench_parallel_csv_header();
     int rc = 0;
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
-        struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], o->moe_cache);
         if (!m)
             return 1;
         char desc[96];
@@ -461,7 +475,7 @@ static int bench_tests(const struct opts *o) {
         printf("model_filename,model_type,model_size,model_n_params,n_threads,type_k,type_v,"
                "n_prompt,n_gen,avg_ts,stddev_ts\n");
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
-        struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], o->moe_cache);
         if (!m) {
             rc = 1;
             break;
@@ -474,6 +488,7 @@ static int bench_tests(const struct opts *o) {
                            .type_v = o->type_v,
                            .samples_ts = samples};
         fx_cli_bench_describe(m, r.desc, sizeof r.desc);
+        struct fx_moe_stats moe = {0};
         for (int ti = 0; rc == 0 && ti < o->n_threads; ti++) {
             r.n_threads = o->threads[ti];
             for (int k = 0; rc == 0 && k < o->n_prompts + o->n_gens; k++) {
@@ -483,6 +498,9 @@ static int bench_tests(const struct opts *o) {
                     continue;
                 if ((rc = run_test(m, &r)) == 0)
                     print_row(&r, o->out, o->kv_set, json);
+                char what[48];
+                snprintf(what, sizeof what, "pp%d tg%d (all repetitions)", r.n_prompt, r.n_gen);
+                fx_cli_moe_report(m, what, &moe);
             }
         }
         fx_model_free(m);
