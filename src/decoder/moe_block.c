@@ -222,7 +222,7 @@ static bool round_ready_on_worker(const struct fx_worker *w, const struct fx_con
         if (st->n_reads > 0 || waited)
             st->wait_ns += now_ns() - t0;
     }
-    return fx_par_broadcast(w, st->st == FX_OK) != 0;
+    return fx_par_broadcast(w, w->ith == 0 && st->st == FX_OK) != 0; /* read by worker 0 only */
 }
 
 /* Worker 0, after a round: unpins it and pins the next. Returns (on every worker) whether there

@@ -205,11 +205,13 @@ void fx_xcache_fill(struct fx_xcache *c, int32_t slot, uint8_t *stage) {
 
 /* ---- slots --------------------------------------------------------------------------------- */
 
-/* Empties slot i (held, unpinned). */
+/* Empties slot i (held, unpinned). A failed slot's key may have moved on to another slot
+ * meanwhile (acquired again while a reader still pinned the failure), which keeps it. */
 static void drop(struct fx_xcache *c, int32_t i) {
     struct slot *s = &c->slots[i];
     if (s->key >= 0) {
-        c->where[s->key] = -1;
+        if (c->where[s->key] == i)
+            c->where[s->key] = -1;
         c->held[s->key / c->n_expert]--;
     }
     s->key = -1;
