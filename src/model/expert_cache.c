@@ -50,6 +50,8 @@ struct fx_xcache {
     struct xmat *mats; /* [n_layer][3]: gate, up, down */
     uint64_t slot_bytes, stage_bytes;
     int32_t n_slots, quota;
+    int32_t ahead_max;   /* read-ahead pins at most this many slots at once */
+    int32_t ahead_now;   /* slots read-ahead is filling now */
     uint8_t *mem;        /* [n_slots][slot_bytes] */
     struct slot *slots;  /* [n_slots] */
     int32_t *where;      /* [n_layer * n_expert] the slot of each key, or -1 */
@@ -367,15 +369,17 @@ static void *io_main(void *arg) {
             continue;
         }
         int32_t key = c->queue[c->q_head++];
-        if (c->where[key] >= 0)
+        if (c->where[key] >= 0 || c->ahead_now >= c->ahead_max)
             continue;
         int32_t s = victim(c, key / c->n_expert, true);
         if (s < 0)
             continue; /* nothing may be evicted for a guess */
         claim(c, s, key, false);
+        c->ahead_now++;
         pthread_mutex_unlock(&c->mu);
         fx_xcache_fill(c, s, stage);
         pthread_mutex_lock(&c->mu);
+        c->ahead_now--;
         struct slot *sl = &c->slots[s];
         if (--sl->pins == 0 && sl->state == SLOT_FAILED)
             drop(c, s);
@@ -478,6 +482,9 @@ fx_status fx_xcache_create(const struct fx_model *m, const char *path, uint64_t 
         n_slots = n_keys; /* more slots than experts would stay empty */
     c->n_slots = (int32_t)n_slots;
     c->quota = c->n_slots / c->n_layer > 0 ? c->n_slots / c->n_layer : 1;
+    /* Read-ahead leaves a token's experts of a layer to demand reads, so that a step never waits
+     * for a guess to finish before it can claim a slot for what it needs. */
+    c->ahead_max = c->n_slots - m->hp.n_expert_used;
     c->slots = calloc((size_t)n_slots, sizeof *c->slots);
     c->mem = aligned_alloc(64, (size_t)(n_slots * c->slot_bytes));
     c->io_stage = aligned_alloc(FX_XCACHE_ALIGN, (size_t)(N_IO_THREADS * c->stage_bytes));

@@ -22,7 +22,9 @@
  *
  * Lookahead: fx_xcache_prefetch replaces the queue of experts the I/O threads read ahead
  * (the decoder's predictions for the next layer). Demand reads never queue behind it: the
- * context's own workers read what a step needs and is not in the cache. */
+ * context's own workers read what a step needs and is not in the cache, and read-ahead never
+ * holds more than n_slots - n_expert_used slots, so a step can always claim slots without
+ * waiting for a guess. */
 #ifndef FX_MODEL_EXPERT_CACHE_H
 #define FX_MODEL_EXPERT_CACHE_H
 
