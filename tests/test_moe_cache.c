@@ -247,6 +247,14 @@ FX_TEST(moe_cache_smaller_than_one_expert_is_refused) {
     assert_null(m);
     assert_int_equal(load(g.model_path, one, &m, &err), FX_OK);
     fx_model_free(m);
+    /* The cache reads the model's file: a model loaded from an open file has none to read. */
+    struct fx_gguf *file;
+    assert_int_equal(fx_gguf_open(g.model_path, &file, &err), FX_OK);
+    struct fx_model_params mp = fx_model_default_params();
+    mp.moe_cache_bytes = one;
+    assert_int_equal(fx_model_load_gguf(file, &mp, &m, &err), FX_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "fx_model_load"));
+    fx_gguf_free(file);
     /* A dense model ignores the cache. */
     fx_test_golden_free(&g);
     fx_test_golden_load("llama-tiny.F32.P1", &g);
