@@ -206,9 +206,11 @@ static bool round_ready_on_worker(const struct fx_worker *w, const struct fx_con
     uint64_t t0 = w->ith == 0 ? now_ns() : 0;
     uint8_t *stage = ctx->xstage + (uint64_t)w->ith * fx_xcache_stage_bytes(xc);
     int64_t r;
-    while (fx_par_claim(w, st->n_reads, &r))
-        fx_xcache_fill(xc, s->xslots[s->xreads[r]], stage);
-    fx_par_barrier(w);
+    if (st->n_reads > 0) { /* every worker read n_reads after the same barrier */
+        while (fx_par_claim(w, st->n_reads, &r))
+            fx_xcache_fill(xc, s->xslots[s->xreads[r]], stage);
+        fx_par_barrier(w);
+    }
     if (w->ith == 0) {
         bool waited;
         fx_status rc =
