@@ -345,6 +345,13 @@ struct fx_model_params {
      * loading thread; a terminal can show a progress bar for a large file. */
     fx_progress_fn progress;
     void *progress_user;
+    /* 0 (the default): every weight is resident. Otherwise, for a mixture-of-experts model, the
+     * size in bytes of a cache that holds the experts' matrices: they are read from the file (by
+     * fx_model_load only, which knows its path) when a step needs them, with one layer of
+     * lookahead, and every other weight stays resident. Output is identical either way. The
+     * smallest size holds one expert (its gate, up and down matrices); a smaller one is refused
+     * with an error naming that minimum. Ignored for dense models. */
+    uint64_t moe_cache_bytes;
 };
 
 struct fx_model_params fx_model_default_params(void);
@@ -374,6 +381,25 @@ uint64_t fx_model_n_params(const struct fx_model *m); /* elements of every tenso
 uint64_t fx_model_size(const struct fx_model *m);     /* bytes of every tensor */
 /* The open file the model was loaded from (its metadata, e.g. for the tokenizer). */
 const struct fx_gguf *fx_model_gguf(const struct fx_model *m);
+
+/* What the expert cache (fx_model_params.moe_cache_bytes) has done since the model was loaded;
+ * all counters grow only, so a caller reports a step as the difference of two copies. */
+struct fx_moe_stats {
+    uint64_t cache_bytes;       /* the cache's size; 0 when the experts are resident */
+    int32_t n_slots;            /* experts it holds at once */
+    uint64_t layer_steps;       /* MoE layers run (each layer of each forward chunk) */
+    uint64_t streamed_layers;   /* of those, layers whose experts did not fit at once */
+    uint64_t experts_used;      /* experts those layers used (each once per layer step) */
+    uint64_t misses;            /* of those, read when needed (neither cached nor read ahead) */
+    uint64_t prefetches;        /* experts read ahead by the I/O threads */
+    uint64_t bytes_read;        /* bytes read from the file, on demand and ahead */
+    uint64_t lookahead_checked; /* used experts of layers that had a prediction */
+    uint64_t lookahead_hits;    /* of those, experts the prediction named */
+    uint64_t io_ns;             /* time spent reading and packing, summed over readers */
+    uint64_t wait_ns;           /* time the forward passes waited for experts */
+};
+/* Thread-safe; all zero for a model whose experts are resident. */
+void fx_model_moe_stats(const struct fx_model *m, struct fx_moe_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Contexts and forward passes

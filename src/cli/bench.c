@@ -47,6 +47,7 @@ struct opts {
     int *par_pp, n_par_pp;
     int *par_tg, n_par_tg;
     int n_batch;
+    uint64_t moe_cache; /* --moe-cache bytes, 0: resident */
 };
 
 struct result {
@@ -64,7 +65,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... [-p N,N...] [-n N,N...]\n"
             "                    [-d N,N...] [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE]\n"
-            "                    [-ctv TYPE] [--progress] [-ngl N]\n"
+            "                    [-ctv TYPE] [--progress] [-ngl N] [--moe-cache SIZE]\n"
             "       ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... --parallel N,N...\n"
             "                    [-npp N,N...] [-ntg N,N...] [-d N,N...] [-b N] [-t N,N...]\n"
             "                    [-r REPS] ...\n\n"
@@ -95,7 +96,10 @@ static void usage(FILE *out) {
             "  -b, --batch-size N  rows per step of a --parallel prefill (default 512)\n"
             "                      (with -d, the depth is one sequence's, which every sequence\n"
             "                      shares as a common prefix, as a system prompt is shared)\n"
-            "                      (-r defaults to 1 with --parallel; figures are means)\n");
+            "                      (-r defaults to 1 with --parallel; figures are means)\n"
+            "%s"
+            "                            (and each test's expert-cache figures on stderr)\n",
+            FX_CLI_MOE_CACHE_USAGE);
 }
 
 static double mean(const double *x, int n) {
@@ -299,11 +303,13 @@ static void print_row(const struct result *r, enum fx_bench_output out, bool kv,
     fflush(stdout);
 }
 
-struct fx_model *fx_cli_bench_load_model(const char *spec) {
+struct fx_model *fx_cli_bench_load_model(const char *spec, uint64_t moe_cache) {
     struct fx_model *m = NULL;
     struct fx_error err;
+    struct fx_model_params mp = fx_model_default_params();
+    mp.moe_cache_bytes = moe_cache;
     if (strncmp(spec, "synth:", 6) != 0) {
-        if (fx_model_load(spec, NULL, &m, &err) != FX_OK)
+        if (fx_model_load(spec, &mp, &m, &err) != FX_OK)
             fprintf(stderr, "ferrox bench: %s\n", err.msg);
         return m;
     }
@@ -329,8 +335,8 @@ struct fx_model *fx_cli_bench_load_model(const char *spec) {
     fx_status st = fx_synth_write(plan, path, NULL, &err);
     fx_synth_model_free(plan);
     if (st == FX_OK)
-        st = fx_model_load(path, NULL, &m, &err);
-    unlink(path);
+        st = fx_model_load(path, &mp, &m, &err);
+    unlink(path); /* an expert cache keeps the file open */
     if (st)
         fprintf(stderr, "ferrox bench: %s\n", err.msg);
     return m;
@@ -353,6 +359,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"n-gen-parallel", required_argument, NULL, 'G'},
                                          {"batch-size", required_argument, NULL, 'b'},
                                          {"n-gpu-layers", required_argument, NULL, 'g'},
+                                         {"moe-cache", required_argument, NULL, 'M'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
@@ -439,6 +446,12 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             }
             o->reps_set = true;
             break;
+        case 'M':
+            if (!fx_cli_parse_size(optarg, &o->moe_cache) || o->moe_cache == 0) {
+                fprintf(stderr, "ferrox bench: --moe-cache wants a size (4G, 512M, 256K)\n");
+                return 2;
+            }
+            break;
         case 'o':
             if (strcmp(optarg, "md") == 0)
                 o->out = FX_BENCH_MD;
@@ -490,7 +503,7 @@ static int bench_parallel(const struct opts *o) {
         fx_cli_bench_parallel_csv_header();
     int rc = 0;
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
-        struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], o->moe_cache);
         if (!m)
             return 1;
         char desc[96];
@@ -525,7 +538,7 @@ static int bench_tests(const struct opts *o) {
         printf("model_filename,model_type,model_size,model_n_params,n_threads,type_k,type_v,"
                "n_prompt,n_gen,n_depth,avg_ts,stddev_ts\n");
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
-        struct fx_model *m = fx_cli_bench_load_model(o->models[mi]);
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], o->moe_cache);
         if (!m) {
             rc = 1;
             break;
@@ -539,6 +552,7 @@ static int bench_tests(const struct opts *o) {
                            .n_gpu_layers = o->n_gpu_layers,
                            .samples_ts = samples};
         fx_cli_bench_describe(m, r.desc, sizeof r.desc);
+        struct fx_moe_stats moe = {0};
         for (int ti = 0; rc == 0 && ti < o->n_threads; ti++) {
             r.n_threads = o->threads[ti];
             for (int k = 0; rc == 0 && k < o->n_prompts + o->n_gens; k++) {
@@ -551,6 +565,9 @@ static int bench_tests(const struct opts *o) {
                     if ((rc = run_test(m, &r, o->progress)) == 0)
                         print_row(&r, o->out, o->kv_set, tw, json);
                 }
+                char what[48];
+                snprintf(what, sizeof what, "pp%d tg%d (all repetitions)", r.n_prompt, r.n_gen);
+                fx_cli_moe_report(m, what, &moe);
             }
         }
         fx_model_free(m);

@@ -43,7 +43,9 @@ static void usage(FILE *out) {
     fprintf(out, "\n"
                  "  --chat-template-file FILE a Jinja chat template from a file\n"
                  "  -v, --verbose             per turn on stderr: tokens taken from the cache and\n"
-                 "                            prefilled, speeds, and the prompt and answer ids\n");
+                 "                            prefilled, speeds, and the prompt and answer ids;\n"
+                 "                            with --moe-cache, the expert cache's figures after\n"
+                 "                            every step\n");
     fx_cli_gen_usage(out);
 }
 
@@ -435,7 +437,8 @@ int fx_cli_chat(int argc, char **argv) {
     fx_cli_gen_opts_finish(&o);
     rc = 1;
     struct fx_error err;
-    if (!fx_cli_model_load("chat", o.model_path, &c.m) || !load_template(&c, tmpl_name, tmpl_file))
+    if (!fx_cli_model_load("chat", o.model_path, o.moe_cache, &c.m) ||
+        !load_template(&c, tmpl_name, tmpl_file))
         goto done;
     if (!(c.ctx = fx_cli_context_create("chat", &c.m, &o)))
         goto done;
@@ -443,6 +446,7 @@ int fx_cli_chat(int argc, char **argv) {
         fprintf(stderr, "ferrox chat: %s\n", err.msg);
         goto done;
     }
+    c.gen->moe_verbose = c.verbose;
     c.cache = malloc((size_t)fx_context_n_ctx(c.ctx) * sizeof *c.cache);
     c.bos_text = token_text(c.m.vocab, fx_vocab_bos(c.m.vocab));
     c.eos_text = token_text(c.m.vocab, fx_vocab_eos(c.m.vocab));

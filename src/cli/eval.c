@@ -17,12 +17,15 @@
 #include "ferrox.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: ferrox eval -m MODEL --ids ID,ID,... [--logits-out FILE] [--greedy N]\n"
-                 "                   [--sequential] [-t THREADS] [-c CTX] [--kv contig|paged]\n"
-                 "                   [--block-size N] [-ctk f32|f16|q8_0] [-ctv f32|f16|q8_0]\n\n"
-                 "Evaluates the ids as one batch (or one token at a time with --sequential) and\n"
-                 "writes all-position logits as raw little-endian float32 [n_ids x n_vocab];\n"
-                 "--greedy N prints the N greedy continuation ids on stdout.\n");
+    fprintf(out,
+            "usage: ferrox eval -m MODEL --ids ID,ID,... [--logits-out FILE] [--greedy N]\n"
+            "                   [--sequential] [-t THREADS] [-c CTX] [--kv contig|paged]\n"
+            "                   [--block-size N] [-ctk f32|f16|q8_0] [-ctv f32|f16|q8_0]\n"
+            "                   [--moe-cache SIZE]\n\n"
+            "Evaluates the ids as one batch (or one token at a time with --sequential) and\n"
+            "writes all-position logits as raw little-endian float32 [n_ids x n_vocab];\n"
+            "--greedy N prints the N greedy continuation ids on stdout.\n\n%s",
+            FX_CLI_MOE_CACHE_USAGE);
 }
 
 /* Where the tokens' keys and values go: the context's contiguous cache, or sequence seq of pool
@@ -102,6 +105,7 @@ int fx_cli_eval(int argc, char **argv) {
     const char *model_path = NULL, *ids_text = NULL, *logits_out = NULL;
     int n_gen = 0, n_threads = 0, n_ctx = 0, block_size = 16;
     bool sequential = false, paged = false;
+    struct fx_model_params mp = fx_model_default_params();
     struct fx_context_params cp = fx_context_default_params();
     static const struct option opts[] = {{"model", required_argument, NULL, 'm'},
                                          {"ids", required_argument, NULL, 'i'},
@@ -114,6 +118,7 @@ int fx_cli_eval(int argc, char **argv) {
                                          {"block-size", required_argument, NULL, 'B'},
                                          {"cache-type-k", required_argument, NULL, 'K'},
                                          {"cache-type-v", required_argument, NULL, 'V'},
+                                         {"moe-cache", required_argument, NULL, 'M'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
@@ -143,6 +148,14 @@ int fx_cli_eval(int argc, char **argv) {
             if (!fx_cli_parse_kv_type(optarg, c == 'K' ? &cp.type_k : &cp.type_v)) {
                 fprintf(stderr, "ferrox eval: %s wants f32, f16 or q8_0, got '%s'\n",
                         c == 'K' ? "-ctk" : "-ctv", optarg);
+                return 2;
+            }
+            break;
+        case 'M':
+            if (!fx_cli_parse_size(optarg, &mp.moe_cache_bytes) || mp.moe_cache_bytes == 0) {
+                fprintf(stderr,
+                        "ferrox eval: --moe-cache wants a size (4G, 512M, 256K), got '%s'\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -184,7 +197,7 @@ int fx_cli_eval(int argc, char **argv) {
     struct fx_error err;
     int rc = 1;
     double t0 = fx_cli_now();
-    if (fx_model_load(model_path, NULL, &m, &err) != FX_OK) {
+    if (fx_model_load(model_path, &mp, &m, &err) != FX_OK) {
         fprintf(stderr, "ferrox eval: %s\n", err.msg);
         goto done;
     }

@@ -115,6 +115,10 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
     case FX_CLI_OPT_CACHE_TYPE_V:
         ok = fx_cli_parse_kv_type(arg, &o->type_v), what = "-ctv (f32, f16 or q8_0)";
         break;
+    case FX_CLI_OPT_MOE_CACHE:
+        ok = fx_cli_parse_size(arg, &o->moe_cache) && o->moe_cache > 0,
+        what = "--moe-cache (a size such as 4G, 512M or 256K)";
+        break;
     case 'n':
         ok = fx_cli_parse_int(arg, INT32_MIN, INT32_MAX, &o->n_predict), what = "-n (tokens)";
         break;
@@ -212,6 +216,7 @@ void fx_cli_gen_usage(FILE *out) {
             "  -t, --threads N           worker threads (default: one per CPU)\n"
             "  -ctk, --cache-type-k T    KV cache type of keys: f32, f16 or q8_0 (default %s)\n"
             "  -ctv, --cache-type-v T    KV cache type of values (default %s)\n"
+            "%s"
             "generation:\n"
             "  -n, --n-predict N         tokens to generate (default -1: until the end of text\n"
             "                            or a full context)\n"
@@ -237,7 +242,7 @@ void fx_cli_gen_usage(FILE *out) {
             "  --spec-fixed              always draft --draft-max tokens (no adaptive k, no\n"
             "                            switching off when speculation does not pay)\n",
             fx_cli_kv_type_name(fx_context_default_params().type_k),
-            fx_cli_kv_type_name(fx_context_default_params().type_v),
+            fx_cli_kv_type_name(fx_context_default_params().type_v), FX_CLI_MOE_CACHE_USAGE,
             FX_CLI_SPEC_DEFAULT == FX_CLI_SPEC_NGRAM ? "ngram" : "none",
             fx_spec_default_params().draft_max, fx_spec_default_params().draft_min);
 }
@@ -270,9 +275,11 @@ static bool draw_progress(float fraction, void *user) {
     return true;
 }
 
-bool fx_cli_model_load(const char *cmd, const char *path, struct fx_cli_model *out) {
+bool fx_cli_model_load(const char *cmd, const char *path, uint64_t moe_cache,
+                       struct fx_cli_model *out) {
     *out = (struct fx_cli_model){0};
     struct fx_model_params mp = fx_model_default_params();
+    mp.moe_cache_bytes = moe_cache;
     const char *slash = strrchr(path, '/');
     struct progress prog = {.name = slash ? slash + 1 : path, .shown = -1};
     struct stat st;
@@ -468,6 +475,8 @@ done:
 fx_status fx_cli_gen_prefill(struct fx_cli_gen *g, const fx_token *tokens, int32_t n, int32_t pos0,
                              struct fx_error *err) {
     fx_status st = fx_forward_batch_last(g->ctx, tokens, n, pos0, g->logits, err);
+    if (g->moe_verbose)
+        fx_cli_moe_report(fx_context_model(g->ctx), "prompt", &g->moe_last);
     for (int32_t i = 0; i < n && st == FX_OK; i++)
         st = fx_sampler_accept(g->sampler, tokens[i], err);
     if (st == FX_OK) {
@@ -584,6 +593,8 @@ fx_status fx_cli_gen_run(struct fx_cli_gen *g, FILE *out, const volatile sig_ato
         }
         if (st)
             return st;
+        if (g->moe_verbose)
+            fx_cli_moe_report(fx_context_model(g->ctx), "step", &g->moe_last);
     }
     *end = g->end;
     return FX_OK;

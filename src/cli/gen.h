@@ -30,6 +30,7 @@ enum {
     FX_CLI_OPT_DRAFT_MIN,
     FX_CLI_OPT_MODEL_DRAFT,
     FX_CLI_OPT_SPEC_FIXED,
+    FX_CLI_OPT_MOE_CACHE,
     FX_CLI_OPT_OWN = 0x200,
 };
 
@@ -58,8 +59,9 @@ enum {
         {"draft-n", required_argument, NULL, FX_CLI_OPT_DRAFT_MAX},                                \
         {"draft-min", required_argument, NULL, FX_CLI_OPT_DRAFT_MIN},                              \
         {"draft-n-min", required_argument, NULL, FX_CLI_OPT_DRAFT_MIN},                            \
-        {"model-draft", required_argument, NULL, FX_CLI_OPT_MODEL_DRAFT}, {                        \
-        "spec-fixed", no_argument, NULL, FX_CLI_OPT_SPEC_FIXED                                     \
+        {"model-draft", required_argument, NULL, FX_CLI_OPT_MODEL_DRAFT},                          \
+        {"spec-fixed", no_argument, NULL, FX_CLI_OPT_SPEC_FIXED}, {                                \
+        "moe-cache", required_argument, NULL, FX_CLI_OPT_MOE_CACHE                                 \
     }
 
 /* --spec: what drafts tokens for speculative decoding. */
@@ -87,6 +89,7 @@ struct fx_cli_gen_opts {
     int draft_min;          /* --draft-min */
     bool spec_fixed;        /* --spec-fixed: always draft_max, never switched off */
     const char *draft_path; /* -md / --model-draft; NULL when not given */
+    uint64_t moe_cache;     /* --moe-cache bytes (fx_model_params.moe_cache_bytes); 0: resident */
 };
 
 /* llama.cpp's single-dash spelling -md rewritten in argv as --model-draft (call before
@@ -113,7 +116,8 @@ struct fx_cli_model {
 
 /* Loads path (with a progress bar on stderr when it is a terminal and the file is large) and its
  * vocabulary; on failure prints "ferrox CMD: ..." and returns false. */
-bool fx_cli_model_load(const char *cmd, const char *path, struct fx_cli_model *out);
+bool fx_cli_model_load(const char *cmd, const char *path, uint64_t moe_cache,
+                       struct fx_cli_model *out);
 void fx_cli_model_free(struct fx_cli_model *m);
 /* Creates the context the options ask for; on failure prints the error and returns NULL. */
 struct fx_context *fx_cli_context_create(const char *cmd, const struct fx_cli_model *m,
@@ -158,6 +162,10 @@ struct fx_cli_gen {
     int64_t n_gen; /* tokens sampled */
     bool stopped;  /* the stopper ended it, for the reason in `end` */
     enum fx_cli_gen_end end;
+    /* -v: the expert cache's figures after every step (fx_cli_moe_report), and the counters at
+     * the previous report. */
+    bool moe_verbose;
+    struct fx_moe_stats moe_last;
 };
 
 fx_status fx_cli_gen_create(struct fx_context *ctx, const struct fx_vocab *v,

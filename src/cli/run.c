@@ -43,7 +43,8 @@ static void usage(FILE *out) {
             "                            exists) instead of computing it, and save the state\n"
             "                            of the prompt and the generated text to FILE\n"
             "  -v, --verbose             print speculation's acceptance rate and tokens per\n"
-            "                            verify step after the run\n");
+            "                            verify step after the run; with --moe-cache, the\n"
+            "                            expert cache's figures after every step\n");
     fx_cli_gen_usage(out);
 }
 
@@ -126,11 +127,11 @@ static bool load_default_model(struct fx_cli_model *m, char *path, size_t cap) {
         struct fx_model *probe;
         if (fx_model_load(path, NULL, &probe, &err) == FX_OK) {
             fx_model_free(probe);
-            return fx_cli_model_load("run", path, m);
+            return fx_cli_model_load("run", path, 0, m);
         }
         fprintf(stderr, "ferrox run: rebuilding the cached model: %s\n", err.msg);
     }
-    return build_default_model(path) && fx_cli_model_load("run", path, m);
+    return build_default_model(path) && fx_cli_model_load("run", path, 0, m);
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
@@ -289,7 +290,7 @@ int fx_cli_run(int argc, char **argv) {
         text[--text_len] = '\0';
     char default_path[PATH_MAX];
     const char *path = o.model_path;
-    if (path ? !fx_cli_model_load("run", path, &m)
+    if (path ? !fx_cli_model_load("run", path, o.moe_cache, &m)
              : !load_default_model(&m, default_path, sizeof default_path))
         goto done;
     if (!path)
@@ -330,6 +331,7 @@ int fx_cli_run(int argc, char **argv) {
         fprintf(stderr, "ferrox run: %s\n", err.msg);
         goto done;
     }
+    g->moe_verbose = verbose;
     int32_t n_cached = 0;
     if (prompt_cache && !load_prompt_cache(g, prompt_cache, ids, n_prompt, &n_cached))
         goto done;

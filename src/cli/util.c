@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,28 @@ bool fx_cli_parse_int(const char *s, long lo, long hi, int *out) {
     if (errno || end == s || *end || v < lo || v > hi)
         return false;
     *out = (int)v;
+    return true;
+}
+
+bool fx_cli_parse_size(const char *s, uint64_t *out) {
+    char *end;
+    if (*s < '0' || *s > '9')
+        return false; /* strtoull would take a sign or blanks */
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    static const char suffixes[] = "KMGT";
+    int shift = 0;
+    if (*end) {
+        const char *at = strchr(suffixes, toupper((unsigned char)*end));
+        if (!at || end[1])
+            return false;
+        shift = 10 * (int)(at - suffixes + 1);
+    }
+    if (shift && v > (UINT64_MAX >> shift))
+        return false;
+    *out = (uint64_t)v << shift;
     return true;
 }
 
@@ -197,4 +220,23 @@ void fx_cli_expand_aliases(int argc, char **argv) {
         for (size_t a = 0; a < sizeof aliases / sizeof aliases[0]; a++)
             if (strcmp(argv[i], aliases[a][0]) == 0)
                 argv[i] = (char *)aliases[a][1];
+}
+
+void fx_cli_moe_report(const struct fx_model *m, const char *what, struct fx_moe_stats *last) {
+    struct fx_moe_stats now;
+    fx_model_moe_stats(m, &now);
+    if (now.cache_bytes == 0)
+        return;
+    uint64_t checked = now.lookahead_checked - last->lookahead_checked;
+    uint64_t hits = now.lookahead_hits - last->lookahead_hits;
+    fprintf(stderr,
+            "moe %s: %llu of %llu experts missed, %.1f MiB read (%llu ahead), lookahead %.0f%% "
+            "right, I/O %.2f ms, compute waited %.2f ms\n",
+            what, (unsigned long long)(now.misses - last->misses),
+            (unsigned long long)(now.experts_used - last->experts_used),
+            (double)(now.bytes_read - last->bytes_read) / (1024.0 * 1024.0),
+            (unsigned long long)(now.prefetches - last->prefetches),
+            checked ? 100.0 * (double)hits / (double)checked : 0.0,
+            (double)(now.io_ns - last->io_ns) / 1e6, (double)(now.wait_ns - last->wait_ns) / 1e6);
+    *last = now;
 }

@@ -4,11 +4,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ferrox.h"
 
 /* A whole decimal number in [lo, hi]; false for anything else (empty, junk, out of range). */
 bool fx_cli_parse_int(const char *s, long lo, long hi, int *out);
+/* A size in bytes: a whole number with an optional binary suffix K, M, G or T (any case), as in
+ * "4G", "512M", "256K"; false for anything else or for more than 2^64 - 1 bytes. */
+bool fx_cli_parse_size(const char *s, uint64_t *out);
 /* A comma-separated list of such numbers into a malloc'd array (*out, *n). */
 bool fx_cli_parse_int_list(const char *s, long lo, long hi, int **out, int *n);
 /* Comma-separated token ids (>= 0) into a malloc'd array. */
@@ -47,5 +51,14 @@ char *fx_cli_read_file(const char *path, size_t *len);
 fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_t len,
                                bool add_special, bool parse_special, fx_token **ids, size_t *n,
                                struct fx_error *err);
+
+/* The help line of --moe-cache, shared by every command that takes it. */
+#define FX_CLI_MOE_CACHE_USAGE                                                                     \
+    "  --moe-cache SIZE          keep a mixture of experts' experts on disk, read into a cache\n"  \
+    "                            of SIZE bytes (4G, 512M, 256K) with one layer of lookahead;\n"    \
+    "                            every other weight stays in memory (default: all in memory)\n"
+/* Prints the expert cache's figures since *last (what the step just run did) and updates *last;
+ * nothing for a model without an expert cache. */
+void fx_cli_moe_report(const struct fx_model *m, const char *what, struct fx_moe_stats *last);
 
 #endif

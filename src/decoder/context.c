@@ -9,6 +9,7 @@
 #include "decoder/decoder.h"
 #include "kv/state.h"
 #include "cuda/decode.h"
+#include "model/expert_cache.h"
 
 #define ARENA_ALIGN 64
 
@@ -86,6 +87,7 @@ struct layout {
     uint64_t rqkv, rconv, rz, rbeta, rg, rwork, ry, shexp, mtp_in;
     uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
+    uint64_t router_next, xused, xslots, xreads, xpred, xstep;
 };
 
 static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_swa_differs,
@@ -170,6 +172,12 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->expert_off = reserve(p, n_exp + 1, sizeof(int32_t));
     o->xg = reserve(p, n_exp ? nf * e : 0, f4);
     o->yg = reserve(p, n_exp ? nf * e : 0, f4);
+    o->router_next = reserve(p, m->xcache ? nb * n_exp : 0, f4);
+    o->xused = reserve(p, n_exp, sizeof(int32_t));
+    o->xslots = reserve(p, n_exp, sizeof(int32_t));
+    o->xreads = reserve(p, n_exp, sizeof(int32_t));
+    o->xpred = reserve(p, n_exp, 1);
+    o->xstep = reserve(p, 1, sizeof(struct fx_moe_step));
     uint64_t rope_floats = (uint64_t)ctx->n_ctx * (uint64_t)hp->rope.n_rot;
     o->rope[0] = reserve(p, rope_floats, f4);
     o->rope[1] = rope_swa_differs ? reserve(p, rope_floats, f4) : o->rope[0];
@@ -324,6 +332,22 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->expert_off = (int32_t *)(base + o.expert_off);
     s->xg = (float *)(base + o.xg);
     s->yg = (float *)(base + o.yg);
+    s->router_next = (float *)(base + o.router_next);
+    s->xused = (int32_t *)(base + o.xused);
+    s->xslots = (int32_t *)(base + o.xslots);
+    s->xreads = (int32_t *)(base + o.xreads);
+    s->xpred = base + o.xpred;
+    s->xstep = (struct fx_moe_step *)(base + o.xstep);
+    if (m->xcache) {
+        uint64_t stage = fx_xcache_stage_bytes(m->xcache) * (uint64_t)fx_pool_size(ctx->pool);
+        ctx->xstage = aligned_alloc(FX_XCACHE_ALIGN, (size_t)stage);
+        if (!ctx->xstage) {
+            st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
+                              "out of memory for %llu bytes of expert staging",
+                              (unsigned long long)stage);
+            goto fail;
+        }
+    }
     float *rope0 = (float *)(base + o.rope[0]), *rope1 = (float *)(base + o.rope[1]);
     fill_rope(ctx, rope0, hp->rope.freq_base, hp->rope.freq_scale);
     if (swa_differs)
@@ -349,6 +373,7 @@ void fx_context_free(struct fx_context *ctx) {
     fx_kv_contig_release(&ctx->kv);
     fx_rstate_release(&ctx->rs);
     free(ctx->arena);
+    free(ctx->xstage);
     free(ctx);
 }
 

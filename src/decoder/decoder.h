@@ -28,6 +28,19 @@
 /* The most experts a model may have (the loader rejects more). */
 #define FX_MAX_EXPERTS 4096
 
+/* Worker 0's bookkeeping of the current MoE layer (moe_block.c), read by every worker after a
+ * barrier. */
+struct fx_moe_step {
+    int32_t n_used;        /* experts the rows chose (xused) */
+    int32_t begin, end;    /* the current round: xused[begin..end) */
+    int32_t n_reads;       /* xreads entries of the round */
+    int32_t pred_layer;    /* the layer xpred predicts, or -1 */
+    int32_t checked, hits; /* this layer's experts scored against the prediction, and hits */
+    uint64_t wait_ns;      /* this layer's wait for its experts */
+    fx_status st;          /* FX_OK, or the call's error (an expert could not be read) */
+    struct fx_error err;
+};
+
 /* Scratch for up to n_batch rows per chunk. n_ffn_rows is n_batch for dense models and
  * n_batch * n_expert_used for mixtures of experts (one row per selected expert). */
 struct fx_scratch {
@@ -76,6 +89,15 @@ struct fx_scratch {
     float *ry;     /* [n_batch][value_dim] the heads' gated outputs */
     float *shexp;  /* [n_batch] the shared expert's gate logit (mixtures with one) */
     float *mtp_in; /* [n_batch][2 n_embd] the MTP head's normed [embedding | hidden] rows */
+    /* Experts read through the model's expert cache (model/expert_cache.h); router_next is
+     * empty without one. */
+    float *router_next;        /* [n_batch][n_expert] the next layer's router on this layer's
+                                * input (lookahead) */
+    int32_t *xused;            /* [n_expert] the experts the step's rows chose, increasing */
+    int32_t *xslots;           /* [n_expert] the cache slot of each used expert (xused order) */
+    int32_t *xreads;           /* [n_expert] indices into xused of the slots this call fills */
+    uint8_t *xpred;            /* [n_expert] nonzero: predicted for layer xstep->pred_layer */
+    struct fx_moe_step *xstep; /* [1] */
     /* Rope (cos, sin) per position: [n_ctx][n_rot / 2][2] for global layers ([0]) and
      * sliding-window layers ([1], the same table when their rope does not differ). */
     const float *rope[2];
@@ -95,7 +117,8 @@ struct fx_context {
     int32_t mtp_len;               /* positions of the MTP head's cache (its layers of kv) */
     bool paged_only;
     struct fx_scratch s;
-    void *arena; /* the one allocation behind every scratch buffer */
+    void *arena;     /* the one allocation behind every scratch buffer */
+    uint8_t *xstage; /* [n_threads][fx_xcache_stage_bytes] where workers read experts, or NULL */
     const char *dump_dir;
     struct fx_cuda_decoder *dev; /* the device step of a context with GPU layers, else NULL */
 };

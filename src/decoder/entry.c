@@ -13,6 +13,9 @@
 static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
     if (st)
         return st;
+    struct fx_moe_step *moe = f->ctx->s.xstep;
+    moe->st = FX_OK;
+    moe->pred_layer = -1;
     struct fx_cuda_decoder *dev = f->kv.kind == FX_KV_CONTIG ? f->ctx->dev : NULL;
     if (dev && fx_cuda_decoder_takes(f)) {
         /* The CPU's layers first (the pool entered once), then the device's. */
@@ -28,6 +31,10 @@ static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
     if (st)
         return fx_error_set(err, st, FX_NO_OFFSET,
                             "a forward pass cannot run inside another parallel region");
+    /* An expert that could not be read (the model file changed or shrank): nothing of the call
+     * is committed, and its outputs are not to be read. */
+    if (moe->st)
+        return fx_error_set(err, moe->st, FX_NO_OFFSET, "%s", moe->err.msg);
     fx_fwd_finish(f);
     if (dev)
         return fx_cuda_decoder_kv_from_host(dev, &f->ctx->kv, f->kv.u.contig.pos0, (int32_t)f->n,

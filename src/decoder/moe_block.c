@@ -12,8 +12,10 @@
  * activation rows a matmul reads, and every sum runs in the same order. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "decoder/decoder.h"
+#include "model/expert_cache.h"
 
 /* The index of the largest of x[0..n) not yet taken, ties to the lowest index. */
 static int32_t take_best(const float *x, int32_t n, uint8_t *taken) {
@@ -83,17 +85,41 @@ static void group_by_expert(const struct fx_context *ctx, int64_t n) {
     s->expert_off[0] = 0;
 }
 
-/* out rows of every expert's slots = act rows of those slots times the expert's matrix. No
- * barrier. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Experts, matmuls and rounds.
+ *
+ * The experts the step's rows chose are listed in xused (increasing). They are computed in
+ * rounds, each a range [begin, end) of that list: one round of all of them when the experts are
+ * resident; with an expert cache (ARCHITECTURE.md section 9), as many as the cache can pin at
+ * once, so that a cache smaller than a step's experts still works. A round's slots are
+ * expert_off[xused[begin]] .. expert_off[xused[end - 1] + 1]: whatever the rounds, every slot is
+ * computed by the same code from the same rows, so the cache changes where a weight is read
+ * from, never a result. */
+
+/* Matrix `which` (0 gate, 1 up, 2 down) of used expert u: from its cache slot, or resident. */
+static struct fx_mat expert_mat(const struct fx_context *ctx, const struct fx_layer *l, int il,
+                                int32_t u, int which) {
+    if (ctx->model->xcache)
+        return fx_xcache_mat(ctx->model->xcache, ctx->s.xslots[u], il, which);
+    const struct fx_experts *x[3] = {&l->gate_exps, &l->up_exps, &l->down_exps};
+    return fx_experts_get(x[which], ctx->s.xused[u]);
+}
+
+/* out rows of the slots of used experts [u0, u1) = act rows of those slots times the experts'
+ * matrix `which`. No barrier. */
 static void experts_matmul_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                     const struct fx_experts *x, const float *src, int64_t n_in,
-                                     float *out) {
+                                     const struct fx_layer *l, int il, int which, int32_t u0,
+                                     int32_t u1, const float *src, int64_t n_in, float *out) {
     const struct fx_scratch *s = &ctx->s;
-    for (int64_t e = 0; e < x->n_expert; e++) {
+    for (int32_t u = u0; u < u1; u++) {
+        int32_t e = s->xused[u];
         int64_t r0 = s->expert_off[e], nr = s->expert_off[e + 1] - r0;
-        if (nr == 0)
-            continue;
-        struct fx_mat m = fx_experts_get(x, e);
+        struct fx_mat m = expert_mat(ctx, l, il, u, which);
         uint64_t stride;
         const void *act = fx_dec_act_rows(ctx, m.type, src, n_in, r0, &stride);
         fx_matmul(ctx->k, &m, act, stride, nr, out + r0 * m.ne1, m.ne1, w->ith, w->nth,
@@ -133,14 +159,128 @@ static void shared_expert_on_worker(const struct fx_worker *w, const struct fx_c
     }
 }
 
+/* Lookahead: the router of layer il + 1 on this layer's input rows (normed with that layer's
+ * norm) into router_next. h is free during an MoE block; the activation rows it quantizes are
+ * rewritten before anything else reads them. Ends with a barrier. */
+static void lookahead_router_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
+                                       int il_next) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_layer *next = &ctx->model->layers[il_next];
+    const struct fx_mat *router[1] = {&next->router};
+    float *out[1] = {ctx->s.router_next};
+    int64_t dim = ctx->model->hp.n_embd;
+    fx_dec_norm_input_on_worker(w, ctx, ctx->s.h, ctx->s.x, next->ffn_norm, c->n, dim, 1, router);
+    fx_dec_matmuls_on_worker(w, ctx, ctx->s.h, c->n, dim, 1, router, out);
+}
+
+/* Worker 0, once the rows are grouped: lists the used experts, scores the previous layer's
+ * prediction for them, and pins the first round. */
+static void start_layer(const struct fx_context *ctx, int il) {
+    const struct fx_scratch *s = &ctx->s;
+    struct fx_moe_step *st = s->xstep;
+    struct fx_xcache *xc = ctx->model->xcache;
+    int32_t n_used = 0, n_pred = 0;
+    for (int32_t e = 0; e < ctx->model->hp.n_expert; e++)
+        if (s->expert_off[e + 1] > s->expert_off[e]) {
+            n_pred += s->xpred[e] != 0;
+            s->xused[n_used++] = e;
+        }
+    st->n_used = n_used;
+    st->begin = 0;
+    st->end = n_used;
+    st->n_reads = 0;
+    st->wait_ns = 0;
+    st->checked = st->pred_layer == il ? n_used : 0;
+    st->hits = st->pred_layer == il ? n_pred : 0;
+    if (xc)
+        st->end =
+            fx_xcache_acquire(xc, il, s->xused, n_used, 0, s->xslots, s->xreads, &st->n_reads);
+}
+
+/* Worker 0, after the first round is pinned (demand reads go first): the experts each row would
+ * choose at layer il_next from router_next, whose union the I/O threads read ahead. */
+static void predict_next(const struct fx_context *ctx, int il_next, int64_t n) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_scratch *s = &ctx->s;
+    const float *bias = ctx->model->layers[il_next].router_b;
+    int32_t n_exp = hp->n_expert;
+    memset(s->xpred, 0, (size_t)n_exp);
+    for (int64_t i = 0; i < n; i++) {
+        float *logits = s->router_next + i * n_exp;
+        uint8_t taken[FX_MAX_EXPERTS];
+        memset(taken, 0, (size_t)n_exp);
+        if (bias)
+            ctx->k->add(logits, logits, bias, n_exp);
+        /* Softmax keeps the order of the logits, so the top k of either router kind are these. */
+        for (int32_t k = 0; k < hp->n_expert_used; k++)
+            s->xpred[take_best(logits, n_exp, taken)] = 1;
+    }
+    s->xstep->pred_layer = il_next;
+    fx_xcache_prefetch(ctx->model->xcache, il_next, s->xpred);
+}
+
+/* Every worker, at the start of a round: fills the slots this step claimed, then worker 0 waits
+ * for those read ahead. Returns false (on every worker) when a read failed; the error is kept in
+ * xstep for the forward call to return. */
+static bool round_ready_on_worker(const struct fx_worker *w, const struct fx_context *ctx) {
+    const struct fx_scratch *s = &ctx->s;
+    struct fx_moe_step *st = s->xstep;
+    struct fx_xcache *xc = ctx->model->xcache;
+    if (!xc)
+        return true;
+    uint64_t t0 = w->ith == 0 ? now_ns() : 0;
+    uint8_t *stage = ctx->xstage + (uint64_t)w->ith * fx_xcache_stage_bytes(xc);
+    int64_t r;
+    if (st->n_reads > 0) { /* every worker read n_reads after the same barrier */
+        while (fx_par_claim(w, st->n_reads, &r))
+            fx_xcache_fill(xc, s->xslots[s->xreads[r]], stage);
+        fx_par_barrier(w);
+    }
+    if (w->ith == 0) {
+        bool waited;
+        fx_status rc =
+            fx_xcache_wait(xc, s->xslots + st->begin, st->end - st->begin, &waited, &st->err);
+        if (rc) { /* the round ends here: unpinned now, as no next_round_on_worker follows */
+            st->st = rc;
+            fx_xcache_release(xc, s->xslots + st->begin, st->end - st->begin);
+        }
+        /* From the round's start: its reads, and the wait for those read ahead; a round with
+         * neither only passed a barrier. */
+        if (st->n_reads > 0 || waited)
+            st->wait_ns += now_ns() - t0;
+    }
+    return fx_par_broadcast(w, w->ith == 0 && st->st == FX_OK) != 0; /* read by worker 0 only */
+}
+
+/* Worker 0, after a round: unpins it and pins the next. Returns (on every worker) whether there
+ * is one. */
+static bool next_round_on_worker(const struct fx_worker *w, const struct fx_context *ctx, int il) {
+    const struct fx_scratch *s = &ctx->s;
+    struct fx_moe_step *st = s->xstep;
+    struct fx_xcache *xc = ctx->model->xcache;
+    if (w->ith == 0 && xc) {
+        fx_xcache_release(xc, s->xslots + st->begin, st->end - st->begin);
+        st->begin = st->end;
+        if (st->begin < st->n_used)
+            st->end = fx_xcache_acquire(xc, il, s->xused, st->n_used, st->begin, s->xslots,
+                                        s->xreads, &st->n_reads);
+        else
+            fx_xcache_note(xc, st->checked, st->hits, st->wait_ns);
+    }
+    return fx_par_broadcast(w, w->ith == 0 && xc && st->begin < st->n_used) != 0;
+}
+
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
     const struct fx_scratch *s = &ctx->s;
+    struct fx_xcache *xc = ctx->model->xcache;
     int64_t dim = hp->n_embd, n_ff = hp->n_ff_exp, n = c->n;
     int64_t n_slots = n * hp->n_expert_used;
     int64_t b, e;
+    if (s->xstep->st)
+        return; /* an earlier layer failed to read its experts: the call returns that error */
 
     /* The router and, when the layer has one, the shared expert's gate and input projections. */
     const struct fx_mat *router[4] = {&l->router, &l->shexp_gate_inp, &l->shexp_gate, &l->shexp_up};
@@ -149,6 +289,11 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, n_router, router);
     fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
     fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, n_router, router, router_out);
+    /* The lookahead uses h as scratch, so it runs before the shared expert writes its output
+     * there. */
+    bool ahead = xc && il + 1 < hp->n_layer;
+    if (ahead)
+        lookahead_router_on_worker(w, c, il + 1);
     if (l->shexp_gate.data)
         shared_expert_on_worker(w, c, l);
 
@@ -156,33 +301,50 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     for (int64_t i = b; i < e; i++)
         route_row(ctx, l, i);
     fx_par_barrier(w);
-    if (w->ith == 0)
+    if (w->ith == 0) {
         group_by_expert(ctx, n);
+        start_layer(ctx, il);
+        if (ahead)
+            predict_next(ctx, il + 1, n);
+    }
     fx_par_barrier(w);
 
     /* Each worker gathers and quantizes its share of the grouped slots. */
     const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};
+    const struct fx_mat *down[1] = {&l->down_exps.per};
     fx_par_range(n_slots, w->ith, w->nth, 1, &b, &e);
     for (int64_t r = b; r < e; r++)
         memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim, (size_t)dim * sizeof(float));
     fx_dec_quantize_rows(ctx, s->xg, b, e, dim, 2, gate_up);
     fx_par_barrier(w);
-    experts_matmul_on_worker(w, ctx, &l->gate_exps, s->xg, dim, s->gate);
-    experts_matmul_on_worker(w, ctx, &l->up_exps, s->xg, dim, s->up);
-    fx_par_barrier(w);
 
-    const struct fx_mat *down[1] = {&l->down_exps.per};
-    if (l->gate_exps_b) {
-        add_expert_bias(ctx, s->gate, l->gate_exps_b, n_ff, b, e);
-        add_expert_bias(ctx, s->up, l->up_exps_b, n_ff, b, e);
-    }
-    fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, b, e);
-    fx_dec_quantize_rows(ctx, s->gate, b, e, n_ff, 1, down);
-    fx_par_barrier(w);
-    experts_matmul_on_worker(w, ctx, &l->down_exps, s->gate, n_ff, s->yg);
-    fx_par_barrier(w);
+    struct fx_moe_step *st = s->xstep;
+    do {
+        if (!round_ready_on_worker(w, ctx))
+            return;
+        int32_t u0 = st->begin, u1 = st->end;
+        experts_matmul_on_worker(w, ctx, l, il, 0, u0, u1, s->xg, dim, s->gate);
+        experts_matmul_on_worker(w, ctx, l, il, 1, u0, u1, s->xg, dim, s->up);
+        fx_par_barrier(w);
+
+        /* The round's slots, shared among the workers. */
+        int64_t r0 = s->expert_off[s->xused[u0]], r1 = s->expert_off[s->xused[u1 - 1] + 1];
+        fx_par_range(r1 - r0, w->ith, w->nth, 1, &b, &e);
+        b += r0;
+        e += r0;
+        if (l->gate_exps_b) {
+            add_expert_bias(ctx, s->gate, l->gate_exps_b, n_ff, b, e);
+            add_expert_bias(ctx, s->up, l->up_exps_b, n_ff, b, e);
+        }
+        fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, b, e);
+        fx_dec_quantize_rows(ctx, s->gate, b, e, n_ff, 1, down);
+        fx_par_barrier(w);
+        experts_matmul_on_worker(w, ctx, l, il, 2, u0, u1, s->gate, n_ff, s->yg);
+        fx_par_barrier(w);
+    } while (next_round_on_worker(w, ctx, il));
 
     if (l->down_exps_b) {
+        fx_par_range(n_slots, w->ith, w->nth, 1, &b, &e);
         add_expert_bias(ctx, s->yg, l->down_exps_b, dim, b, e);
         fx_par_barrier(w);
     }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "model/expert_cache.h"
 #include "model/loader.h"
 
 struct arch_entry {
@@ -58,32 +59,50 @@ static fx_status find_arch(const struct fx_gguf *g, const struct arch_entry **ou
                         "unsupported architecture '%.64s' (supported: %s)", name.data, list);
 }
 
-/* Reads one byte of every page of the tensor data (after asking the kernel to read ahead), so
- * that the pages are resident before the first forward pass, reporting the fraction read after
- * each slice. The data section is contiguous: it starts `offset` bytes before any tensor's data. */
-static fx_status prefault(const struct fx_gguf *g, const struct fx_model_params *p,
-                          struct fx_error *err) {
-    uint64_t size = fx_gguf_file_size(g) - fx_gguf_data_offset(g);
-    if (fx_gguf_n_tensors(g) > 0 && size > 0) {
-        const struct fx_tensor_view *t0 = fx_gguf_tensor_at(g, 0);
-        const volatile unsigned char *base = (const unsigned char *)t0->data - t0->offset;
-        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+/* Whether tensor t is an expert stack the expert cache reads (never touched through the
+ * mapping). */
+static bool streamed(const struct fx_model *m, bool stream, const struct fx_tensor_view *t) {
+    for (int il = 0; stream && il < m->hp.n_layer; il++) {
+        const struct fx_layer *l = &m->layers[il];
+        if (t->data == l->gate_exps.per.data || t->data == l->up_exps.per.data ||
+            t->data == l->down_exps.per.data)
+            return true;
+    }
+    return false;
+}
+
+/* Reads one byte of every page of the tensor data the model reads through the mapping (after
+ * asking the kernel to read ahead), so that the pages are resident before the first forward
+ * pass, reporting the fraction read after each slice of about a hundredth. Streamed experts
+ * are skipped: they never go through the page cache. */
+static fx_status prefault(const struct fx_model *m, const struct fx_gguf *g, bool stream,
+                          const struct fx_model_params *p, struct fx_error *err) {
+    uint64_t total = 0, done = 0, next = 0;
+    for (int64_t i = 0; i < fx_gguf_n_tensors(g); i++)
+        if (!streamed(m, stream, fx_gguf_tensor_at(g, i)))
+            total += fx_gguf_tensor_at(g, i)->n_bytes;
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), slice = total / 100 + 1;
+    unsigned char sink = 0;
+    for (int64_t i = 0; i < fx_gguf_n_tensors(g); i++) {
+        const struct fx_tensor_view *t = fx_gguf_tensor_at(g, i);
+        if (streamed(m, stream, t) || t->n_bytes == 0)
+            continue;
+        const volatile unsigned char *base = t->data;
         uintptr_t start = (uintptr_t)base & ~(uintptr_t)(page - 1);
         /* Only a hint: a caller's buffer (fx_gguf_open_memory) may not be a mapping at all. */
-        (void)madvise((void *)start, (size_t)(size + ((uintptr_t)base - start)), MADV_WILLNEED);
-        /* About a hundred reports, each covering whole pages. */
-        uint64_t slice = (size / 100 / page + 1) * page;
-        unsigned char sink = 0;
-        for (uint64_t off = 0; off < size;) {
-            uint64_t end = size - off > slice ? off + slice : size;
-            for (uint64_t i = off; i < end; i += page)
-                sink ^= base[i];
-            off = end;
-            if (off < size && !p->progress((float)((double)off / (double)size), p->progress_user))
+        (void)madvise((void *)start, (size_t)(t->n_bytes + ((uintptr_t)base - start)),
+                      MADV_WILLNEED);
+        for (uint64_t off = 0; off < t->n_bytes; off += page)
+            sink ^= base[off];
+        sink ^= base[t->n_bytes - 1];
+        done += t->n_bytes;
+        if (done >= next && done < total) {
+            next = done + slice;
+            if (!p->progress((float)((double)done / (double)total), p->progress_user))
                 return fx_error_set(err, FX_ERR_CANCELLED, FX_NO_OFFSET, "loading cancelled");
         }
-        (void)sink;
     }
+    (void)sink;
     if (!p->progress(1.0f, p->progress_user))
         return fx_error_set(err, FX_ERR_CANCELLED, FX_NO_OFFSET, "loading cancelled");
     return FX_OK;
@@ -107,8 +126,10 @@ static void number_layers(struct fx_model *m) {
     m->hp.n_layer_rec = n_rec;
 }
 
-fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *params,
-                             struct fx_model **out, struct fx_error *err) {
+/* Loads from an open file; path (NULL when there is none) is where experts are read from when
+ * params ask for an expert cache. */
+static fx_status load(struct fx_gguf *g, const char *path, const struct fx_model_params *params,
+                      struct fx_model **out, struct fx_error *err) {
     *out = NULL;
     const struct arch_entry *arch = NULL;
     fx_status st = find_arch(g, &arch, err);
@@ -130,15 +151,28 @@ fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *pa
         (arch->load_after_embd && (st = arch->load_after_embd(&ld))))
         goto fail;
     number_layers(m);
-    if ((params && params->progress && (st = prefault(g, params, err))) ||
-        (st = fx_model_pack(m, g, err)))
+    m->file = g; /* borrowed until success: the caller frees g on failure */
+    bool stream = params && params->moe_cache_bytes > 0 && m->hp.n_expert > 0;
+    if (stream && !path) {
+        st = fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                          "an expert cache reads the model's file: load it with fx_model_load");
         goto fail;
-    m->file = g;
+    }
+    if ((params && params->progress && (st = prefault(m, g, stream, params, err))) ||
+        (st = fx_model_pack(m, g, !stream, err)) ||
+        (stream && (st = fx_xcache_create(m, path, params->moe_cache_bytes, &m->xcache, err))))
+        goto fail;
     *out = m;
     return FX_OK;
 fail:
+    m->file = NULL;
     fx_model_free(m);
     return st;
+}
+
+fx_status fx_model_load_gguf(struct fx_gguf *g, const struct fx_model_params *params,
+                             struct fx_model **out, struct fx_error *err) {
+    return load(g, NULL, params, out, err);
 }
 
 fx_status fx_model_load(const char *path, const struct fx_model_params *params,
@@ -148,7 +182,7 @@ fx_status fx_model_load(const char *path, const struct fx_model_params *params,
     fx_status st = fx_gguf_open(path, &g, err);
     if (st)
         return st;
-    if ((st = fx_model_load_gguf(g, params, out, err))) {
+    if ((st = load(g, path, params, out, err))) {
         fx_error_prefix(err, "%s", path);
         fx_gguf_free(g);
     }
@@ -158,6 +192,7 @@ fx_status fx_model_load(const char *path, const struct fx_model_params *params,
 void fx_model_free(struct fx_model *m) {
     if (!m)
         return;
+    fx_xcache_free(m->xcache);
     for (int64_t i = 0; i < m->n_vecs; i++)
         free(m->vecs[i]);
     for (int64_t i = 0; i < m->n_packs; i++)
@@ -214,4 +249,10 @@ uint64_t fx_model_size(const struct fx_model *m) {
     for (int64_t i = 0; i < fx_gguf_n_tensors(m->file); i++)
         n += fx_gguf_tensor_at(m->file, i)->n_bytes;
     return n;
+}
+
+void fx_model_moe_stats(const struct fx_model *m, struct fx_moe_stats *out) {
+    *out = (struct fx_moe_stats){0};
+    if (m->xcache)
+        fx_xcache_stats(m->xcache, out);
 }

@@ -163,11 +163,16 @@ struct fx_model {
     int64_t n_vecs, cap_vecs;
     void **packs; /* every packed weight copy (model/pack.c), freed with the model */
     int64_t n_packs;
+    /* The cache the experts are read into (model/expert_cache.h), or NULL when they are
+     * resident. The one part of a model that changes after loading; it has its own lock. */
+    struct fx_xcache *xcache;
 };
 
 /* Packs every weight matrix into the layout the kernel table's matmul prefers (once, at load,
- * on a temporary worker pool), and releases the pages of g that the packed copies replace. */
-fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_error *err);
+ * on a temporary worker pool), and releases the pages of g that the packed copies replace.
+ * Expert stacks are left alone unless `experts` (an expert cache packs them as it reads them). */
+fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, bool experts,
+                        struct fx_error *err);
 
 /* The matrix of expert e. */
 static inline struct fx_mat fx_experts_get(const struct fx_experts *x, int64_t e) {

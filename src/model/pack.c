@@ -31,6 +31,7 @@ struct pack_plan {
     struct pack_target *targets;
     int64_t n_items, n_targets;
     bool counting; /* first pass: only count */
+    bool experts;  /* pack the expert stacks too */
 };
 
 static uint64_t round64(uint64_t v) {
@@ -93,7 +94,7 @@ static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_e
             if ((st = plan_one(p, m, mats[i], NULL, err)))
                 return st;
         struct fx_experts *stacks[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
-        for (size_t i = 0; i < 3; i++)
+        for (size_t i = 0; i < 3 && p->experts; i++)
             if ((st = plan_one(p, m, NULL, stacks[i], err)))
                 return st;
     }
@@ -120,8 +121,9 @@ static void pack_on_worker(const struct fx_worker *wk, void *arg) {
         fx_mat_pack(r->p->k, &r->p->items[i].src, r->p->items[i].dst, wk->ith, wk->nth);
 }
 
-fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, struct fx_error *err) {
-    struct pack_plan p = {.k = fx_kernels(), .counting = true};
+fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, bool experts,
+                        struct fx_error *err) {
+    struct pack_plan p = {.k = fx_kernels(), .counting = true, .experts = experts};
     fx_status st = plan_model(&p, m, err);
     if (st || p.n_items == 0)
         return st;

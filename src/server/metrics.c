@@ -123,6 +123,27 @@ enum MHD_Result fx_metrics_respond(struct fx_conn *c) {
     counter(&t, model, "embedding_requests_total", "Embedding requests served.", m.embed_requests);
     counter(&t, model, "embedding_tokens_total", "Tokens embedded.", m.embed_tokens);
     counter(&t, model, "engine_steps_total", "Batched forward steps run.", m.steps);
+    /* The expert cache (serve --moe-cache); all zero when the experts are resident. */
+    struct fx_moe_stats x;
+    fx_model_moe_stats(s->model, &x);
+    gauge(&t, model, "moe_cache_bytes", "Size of the expert cache (0: experts resident).",
+          (double)x.cache_bytes);
+    counter(&t, model, "moe_experts_used_total", "Experts used by MoE layer steps.",
+            x.experts_used);
+    counter(&t, model, "moe_misses_total", "Experts read when needed (not cached nor read ahead).",
+            x.misses);
+    counter(&t, model, "moe_prefetches_total", "Experts read ahead by the lookahead.",
+            x.prefetches);
+    counter(&t, model, "moe_bytes_read_total", "Bytes of experts read from the model file.",
+            x.bytes_read);
+    counter(&t, model, "moe_lookahead_checked_total",
+            "Used experts of layers the lookahead made a prediction for.", x.lookahead_checked);
+    counter(&t, model, "moe_lookahead_hits_total", "Of those, experts the lookahead predicted.",
+            x.lookahead_hits);
+    counter(&t, model, "moe_io_nanoseconds_total", "Time spent reading and packing experts.",
+            x.io_ns);
+    counter(&t, model, "moe_wait_nanoseconds_total", "Time forward passes waited for experts.",
+            x.wait_ns);
     counter(&t, model, "spec_decode_num_drafts_total",
             "Number of spec decoding drafts (a sequence's verify rows in a step).", m.spec_drafts);
     counter(&t, model, "spec_decode_num_draft_tokens_total", "Number of draft tokens.",
