@@ -424,9 +424,8 @@ static void mtp_logits(const char *path, uint64_t cache, float *out, int n_vocab
     assert_non_null(hidden);
     /* Row i of the head reads token i + 1 and the trunk's hidden state of position i. */
     assert_int_equal(fx_forward_batch_with_hidden(ctx, prompt, N, 0, trunk, hidden, &err), FX_OK);
-    assert_int_equal(fx_forward_mtp(ctx, prompt + 1, hidden, N - 1, 0, out, hidden + N * n_embd,
-                                    &err),
-                     FX_OK);
+    assert_int_equal(
+        fx_forward_mtp(ctx, prompt + 1, hidden, N - 1, 0, out, hidden + N * n_embd, &err), FX_OK);
     out += (size_t)(N - 1) * (size_t)n_vocab;
     const float *h = hidden + (size_t)(2 * N - 2) * (size_t)n_embd; /* the last row's */
     float *h_next = malloc((size_t)n_embd * sizeof(float));
