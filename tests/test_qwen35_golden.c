@@ -224,17 +224,6 @@ FX_TEST(qwen35_sequence_rules) {
                      FX_ERR_UNSUPPORTED);
     assert_int_equal(fx_context_kv_len(ctx), 4);
 
-    struct fx_kv_pool_params pp = fx_kv_pool_default_params();
-    pp.n_blocks = 16;
-    struct fx_kv_pool *pool;
-    fx_seq_id seq;
-    assert_int_equal(fx_kv_pool_create(m, &pp, &pool, &err), FX_OK);
-    assert_int_equal(fx_kv_seq_create(pool, &seq, &err), FX_OK);
-    assert_int_equal(fx_forward_token_paged(ctx, pool, seq, toks[0], 0, b, &err),
-                     FX_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "recurrent state of pooled sequences"));
-    fx_kv_pool_free(pool);
-
     /* After the refusals: the same as a sequence that never saw them. */
     assert_int_equal(fx_forward_batch_last(ctx, toks + 4, 2, 4, a, &err), FX_OK);
     assert_int_equal(fx_forward_batch_last(ref, toks, 6, 0, b, &err), FX_OK);

@@ -250,11 +250,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     fx_status st = fx_pool_create(p.n_threads, &ctx->pool, err);
     if (st)
         goto fail;
-    int64_t key_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads;
-    int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
-    st = fx_rstate_init(&ctx->rs, p.paged_only ? 0 : hp->n_layer_rec,
-                        (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1),
-                        hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state), err);
+    st = p.paged_only ? fx_rstate_init(&ctx->rs, 0, 0, 0, err)
+                      : fx_rstate_init_for(&ctx->rs, m, err);
     if (st)
         goto fail;
     st = fx_kv_contig_init(&ctx->kv, hp->n_layer_kv, p.paged_only ? 0 : p.n_ctx, hp->n_head_kv,

@@ -70,7 +70,8 @@ static void gates_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     }
 }
 
-/* V head hv over the chunk's rows, a run of rows of one delta-rule chunk at a time: the delta
+/* V head hv over the chunk's rows, a run of one sequence's rows of one delta-rule chunk at a
+ * time: the delta
  * rule on its state, then the gated norm of its output into ry. work: the worker's
  * [FX_DELTA_CHUNK][2 d] floats. */
 static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hv,
@@ -85,7 +86,13 @@ static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_
     float scale = 1.0f / sqrtf((float)d);
     for (int64_t i = 0, n; i < c->n; i += n) {
         int32_t pos = fx_kv_step_pos(&c->kv, i), r0 = pos % FX_DELTA_CHUNK;
-        n = FX_DELTA_CHUNK - r0 < c->n - i ? FX_DELTA_CHUNK - r0 : c->n - i;
+        int64_t most = FX_DELTA_CHUNK - r0 < c->n - i ? FX_DELTA_CHUNK - r0 : c->n - i;
+        /* A run is consecutive positions of one sequence (a multi-sequence step may interleave
+         * sequences' rows). */
+        for (n = 1; n < most && fx_kv_step_same_seq(&c->kv, i, i + n) &&
+                    fx_kv_step_pos(&c->kv, i + n) == pos + n;
+             n++)
+            ;
         float *mem =
             fx_rstate_ssm(fx_kv_step_rstate(&c->kv, i), l->rec_il) + hv * fx_delta_state_floats(d);
         struct fx_delta_state st = fx_delta_state_at(mem, d);

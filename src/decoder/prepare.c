@@ -118,12 +118,12 @@ static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_poo
     const struct fx_hparams *hp = &ctx->model->hp;
     if (!pool)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the KV pool is NULL");
-    if (hp->n_layer_rec > 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "%s over a KV pool: the recurrent state of pooled sequences is not "
-                            "implemented (use the contiguous context)",
-                            ctx->model->arch);
-    if (pool->n_layer != hp->n_layer || pool->n_head_kv != hp->n_head_kv ||
+    if (pool->model != ctx->model && (pool->recurrent || hp->n_layer_rec > 0))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "the KV pool of a %s model is stepped with another model (its "
+                            "sequences' recurrent state is sized for its own)",
+                            pool->model->arch);
+    if (pool->n_layer != hp->n_layer_kv || pool->n_head_kv != hp->n_head_kv ||
         pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "the KV pool was made for another model shape (%d layers, %d KV "

@@ -5,6 +5,8 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
 
 fx_status fx_rstate_init(struct fx_rstate *rs, int32_t n_layer, int64_t conv_floats,
                          int64_t ssm_floats, struct fx_error *err) {
@@ -34,4 +36,27 @@ void fx_rstate_release(struct fx_rstate *rs) {
     free(rs->conv);
     free(rs->ssm);
     rs->conv = rs->ssm = NULL;
+}
+
+fx_status fx_rstate_init_for(struct fx_rstate *rs, const struct fx_model *m, struct fx_error *err) {
+    const struct fx_hparams *hp = &m->hp;
+    int64_t key_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads;
+    int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
+    int64_t conv_floats =
+        hp->n_layer_rec > 0 ? (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1) : 0;
+    return fx_rstate_init(rs, hp->n_layer_rec, conv_floats,
+                          hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state), err);
+}
+
+uint64_t fx_rstate_bytes(const struct fx_rstate *rs) {
+    return (uint64_t)rs->n_layer * (uint64_t)(rs->conv_floats + rs->ssm_floats) * sizeof(float);
+}
+
+void fx_rstate_copy(struct fx_rstate *dst, const struct fx_rstate *src) {
+    FX_ASSERT(dst->n_layer == src->n_layer && dst->conv_floats == src->conv_floats &&
+              dst->ssm_floats == src->ssm_floats);
+    if (src->n_layer == 0)
+        return;
+    memcpy(dst->conv, src->conv, (size_t)src->n_layer * (size_t)src->conv_floats * sizeof(float));
+    memcpy(dst->ssm, src->ssm, (size_t)src->n_layer * (size_t)src->ssm_floats * sizeof(float));
 }
