@@ -11,6 +11,7 @@
 
 #include "decoder/decoder.h"
 #include "kv/paged.h"
+#include "kv/state.h"
 
 enum { NV = 512 };
 
@@ -227,5 +228,90 @@ FX_TEST(qwen35_fork_matches_parent) {
     fx_context_free(ctx);
     fx_context_free(ref);
     fx_context_free(ref2);
+    fx_model_free(m);
+}
+
+/* Saved state (kv/state.h, version 2) carries the recurrent state: a context's 45 positions
+ * saved and loaded into a fresh context for a prompt that continues them, and a pool sequence
+ * saved and loaded into a pool, continue exactly as the sequence they came from (logits and
+ * states memcmp); a file saved from a context loads into a pool. A prompt that leaves the saved
+ * tokens early loads nothing (the state is that of all of them), and a version 1 file, which has
+ * no recurrent state, is refused for this model. */
+FX_TEST(qwen35_state_save_load) {
+    struct fx_model *m = load();
+    enum { P = 45, N = 48 };
+    fx_token toks[N];
+    random_tokens(toks, N, 515);
+    struct fx_error err;
+    struct fx_context *src = make_ctx(m, 512), *dst = make_ctx(m, 512);
+    float a[NV], b[NV];
+    assert_int_equal(fx_forward_batch_last(src, toks, P, 0, a, &err), FX_OK);
+    const char *path = fx_test_tmpfile("q35-ctx.state");
+    char saved[4096];
+    snprintf(saved, sizeof saved, "%s", path);
+    assert_int_equal(fx_context_state_save(src, toks, P, saved, &err), FX_OK);
+
+    int32_t n_loaded = -1;
+    assert_int_equal(fx_context_state_load(dst, saved, toks, N, &n_loaded, &err), FX_OK);
+    assert_int_equal(n_loaded, P);
+    assert_rstate_equal(&dst->rs, &src->rs);
+    for (int p = P; p < N; p++) {
+        assert_int_equal(fx_forward_token(src, toks[p], p, a, &err), FX_OK);
+        assert_int_equal(fx_forward_token(dst, toks[p], p, b, &err), FX_OK);
+        assert_memory_equal(a, b, sizeof a);
+    }
+    fx_token other[N];
+    memcpy(other, toks, sizeof other);
+    other[30] = toks[30] == 5 ? 6 : 5;
+    assert_int_equal(fx_context_state_load(dst, saved, other, N, &n_loaded, &err), FX_OK);
+    assert_int_equal(n_loaded, 0);
+    assert_int_equal(fx_context_kv_len(dst), 0);
+
+    /* Into a pool, then from the pool into another pool. */
+    struct fx_kv_pool *pool = make_pool(m);
+    fx_seq_id s1, s2;
+    assert_int_equal(fx_kv_seq_load(pool, m, saved, &s1, &err), FX_OK);
+    assert_int_equal(fx_kv_seq_len(pool, s1), P);
+    const char *path2 = fx_test_tmpfile("q35-seq.state");
+    char saved2[4096];
+    snprintf(saved2, sizeof saved2, "%s", path2);
+    assert_int_equal(fx_kv_seq_save(pool, s1, m, saved2, &err), FX_OK);
+    struct fx_kv_pool *pool2 = make_pool(m);
+    assert_int_equal(fx_kv_seq_load(pool2, m, saved2, &s2, &err), FX_OK);
+    assert_rstate_equal(&pool2->seqs[s2].rs, &pool->seqs[s1].rs);
+    struct fx_context *ref;
+    float *want = alone(m, toks, N, &ref);
+    struct fx_context *ctx = make_ctx(m, 16);
+    for (int p = P; p < N; p++) {
+        assert_int_equal(fx_forward_token_paged(ctx, pool, s1, toks[p], p, a, &err), FX_OK);
+        assert_int_equal(fx_forward_token_paged(ctx, pool2, s2, toks[p], p, b, &err), FX_OK);
+        assert_memory_equal(a, want + (size_t)p * NV, sizeof a);
+        assert_memory_equal(b, want + (size_t)p * NV, sizeof b);
+    }
+
+    /* The same file made version 1: no recurrent state section, reserved field 0. */
+    size_t size;
+    uint8_t *bytes = (uint8_t *)fx_test_read_file(saved, &size);
+    uint32_t rec = (uint32_t)bytes[92] | (uint32_t)bytes[93] << 8 | (uint32_t)bytes[94] << 16 |
+                   (uint32_t)bytes[95] << 24;
+    assert_true(bytes[8] == 2 && rec > 0);
+    size_t v1 = size - 4 * (size_t)rec;
+    bytes[8] = 1;
+    memset(bytes + 92, 0, 4);
+    uint64_t c = fx_kv_state_crc64(0, bytes, v1 - 8);
+    for (int i = 0; i < 8; i++)
+        bytes[v1 - 8 + i] = (uint8_t)(c >> (8 * i));
+    fx_test_write_file(saved2, bytes, v1);
+    assert_int_equal(fx_context_state_load(dst, saved2, toks, N, &n_loaded, &err),
+                     FX_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "has no recurrent state"));
+    free(bytes);
+    free(want);
+    fx_kv_pool_free(pool);
+    fx_kv_pool_free(pool2);
+    fx_context_free(ctx);
+    fx_context_free(ref);
+    fx_context_free(src);
+    fx_context_free(dst);
     fx_model_free(m);
 }

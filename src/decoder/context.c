@@ -373,11 +373,7 @@ fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *to
                                 const char *path, struct fx_error *err) {
     if (!ctx)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the context is NULL");
-    if (ctx->model->hp.n_layer_rec > 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "saving the state of a %s sequence (recurrent state) is not supported",
-                            ctx->model->arch);
-    return fx_kv_contig_save(&ctx->kv, ctx->model, tokens, n, path, err);
+    return fx_kv_contig_save(&ctx->kv, &ctx->rs, ctx->model, tokens, n, path, err);
 }
 
 fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const fx_token *prompt,
@@ -387,10 +383,5 @@ fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const 
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (paged_only)");
-    if (ctx->model->hp.n_layer_rec > 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "loading the state of a %s sequence (recurrent state) is not "
-                            "supported",
-                            ctx->model->arch);
-    return fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
+    return fx_kv_contig_load(&ctx->kv, &ctx->rs, ctx->model, path, prompt, n_prompt, n_loaded, err);
 }

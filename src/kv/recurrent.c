@@ -38,18 +38,19 @@ void fx_rstate_release(struct fx_rstate *rs) {
     rs->conv = rs->ssm = NULL;
 }
 
-fx_status fx_rstate_init_for(struct fx_rstate *rs, const struct fx_model *m, struct fx_error *err) {
+void fx_rstate_shape(const struct fx_model *m, int64_t *conv_floats, int64_t *ssm_floats) {
     const struct fx_hparams *hp = &m->hp;
     int64_t key_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads;
     int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
-    int64_t conv_floats =
-        hp->n_layer_rec > 0 ? (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1) : 0;
-    return fx_rstate_init(rs, hp->n_layer_rec, conv_floats,
-                          hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state), err);
+    bool any = hp->n_layer_rec > 0;
+    *conv_floats = any ? (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1) : 0;
+    *ssm_floats = any ? hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state) : 0;
 }
 
-uint64_t fx_rstate_bytes(const struct fx_rstate *rs) {
-    return (uint64_t)rs->n_layer * (uint64_t)(rs->conv_floats + rs->ssm_floats) * sizeof(float);
+fx_status fx_rstate_init_for(struct fx_rstate *rs, const struct fx_model *m, struct fx_error *err) {
+    int64_t conv_floats, ssm_floats;
+    fx_rstate_shape(m, &conv_floats, &ssm_floats);
+    return fx_rstate_init(rs, m->hp.n_layer_rec, conv_floats, ssm_floats, err);
 }
 
 void fx_rstate_copy(struct fx_rstate *dst, const struct fx_rstate *src) {

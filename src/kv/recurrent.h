@@ -11,6 +11,7 @@
 #ifndef FX_KV_RECURRENT_H
 #define FX_KV_RECURRENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "ferrox.h"
@@ -29,13 +30,13 @@ struct fx_model;
 /* Sizes the state of n_layer layers (0: none, nothing allocated) and zeroes it. */
 fx_status fx_rstate_init(struct fx_rstate *rs, int32_t n_layer, int64_t conv_floats,
                          int64_t ssm_floats, struct fx_error *err);
-/* The same for a sequence of model m (none when m has no recurrent layers). */
+/* The floats per layer of a recurrent state of model m (zeros for a model without). */
+void fx_rstate_shape(const struct fx_model *m, int64_t *conv_floats, int64_t *ssm_floats);
+/* fx_rstate_init for a sequence of model m (none when m has no recurrent layers). */
 fx_status fx_rstate_init_for(struct fx_rstate *rs, const struct fx_model *m, struct fx_error *err);
 void fx_rstate_release(struct fx_rstate *rs);
 /* Copies src into dst, both of the same shape (a fork, a snapshot, a rollback). */
 void fx_rstate_copy(struct fx_rstate *dst, const struct fx_rstate *src);
-/* Bytes of the state's conv windows and delta-rule matrices together. */
-uint64_t fx_rstate_bytes(const struct fx_rstate *rs);
 
 /* Recurrent layer rl's conv window and delta-rule matrices. */
 static inline float *fx_rstate_conv(const struct fx_rstate *rs, int32_t rl) {
