@@ -336,6 +336,8 @@ void fx_context_free(struct fx_context *ctx) {
     fx_pool_free(ctx->pool);
     fx_kv_contig_release(&ctx->kv);
     fx_rstate_release(&ctx->rs);
+    for (int32_t i = 0; i < ctx->snap_alloc; i++)
+        fx_rstate_release(&ctx->snap[i]);
     free(ctx->arena);
     free(ctx);
 }
@@ -356,11 +358,20 @@ fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_er
     if (n < 0 || n > ctx->kv.n_filled)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot truncate a cache of %d positions to %d", ctx->kv.n_filled, n);
-    if (ctx->model->hp.n_layer_rec > 0 && n != 0 && n != ctx->kv.n_filled)
+    /* Into the rows of the last verify step: its snapshot of the state after position n - 1. */
+    int32_t j = n - 1 - ctx->snap_pos0;
+    bool snapshot = j >= 0 && j < ctx->n_snap;
+    if (ctx->model->hp.n_layer_rec > 0 && n != 0 && n != ctx->kv.n_filled && !snapshot)
         return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
                             "cannot truncate a sequence of %d positions to %d: the recurrent "
-                            "state of %s can only be kept whole or cleared",
+                            "state of %s can only be kept whole or cleared (or cut back into a "
+                            "verify step's rows)",
                             ctx->kv.n_filled, n, ctx->model->arch);
+    if (n != ctx->kv.n_filled) {
+        if (snapshot)
+            fx_rstate_copy(&ctx->rs, &ctx->snap[j]);
+        ctx->n_snap = 0;
+    }
     ctx->kv.n_filled = n;
     return FX_OK;
 }
@@ -383,5 +394,6 @@ fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const 
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (paged_only)");
+    ctx->n_snap = 0;
     return fx_kv_contig_load(&ctx->kv, &ctx->rs, ctx->model, path, prompt, n_prompt, n_loaded, err);
 }
