@@ -450,8 +450,15 @@ const struct fx_model *fx_context_model(const struct fx_context *ctx);
 int32_t fx_context_n_ctx(const struct fx_context *ctx);
 /* Positions currently held by the KV cache. */
 int32_t fx_context_kv_len(const struct fx_context *ctx);
-/* Keeps the first n positions of the cache (n <= fx_context_kv_len); 0 clears it. */
+/* Keeps the first n positions of the cache (n <= fx_context_kv_len); 0 clears it. A sequence with
+ * a recurrent state (fx_model_has_recurrent_state) is kept whole or cleared, except right after
+ * fx_forward_verify, whose rows it may be cut back into. */
 fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err);
+
+/* The most rows a verify step of a hybrid model can roll back: fx_forward_verify keeps one
+ * snapshot of the recurrent state per row but the last, so a context holds at most this many
+ * snapshots (FX_ROLLBACK_MAX times the recurrent state, allocated by the first verify step). */
+#define FX_ROLLBACK_MAX 16
 
 /* One token at position pos; logits: [n_vocab]. */
 fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, float *logits,
@@ -459,6 +466,13 @@ fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, 
 /* n tokens at pos0..pos0+n-1, causal; logits: [n][n_vocab], one row per token. */
 fx_status fx_forward_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
                            float *logits, struct fx_error *err);
+/* A verify step (speculative decoding): fx_forward_batch that, for a model with a recurrent
+ * state, also keeps the state after each row but the last (n - 1 <= FX_ROLLBACK_MAX), so that
+ * fx_context_kv_truncate may then cut the sequence to any length pos0 + 1 .. pos0 + n, until
+ * the next forward call or a truncation that cuts. The same bits as fx_forward_batch otherwise; a plain
+ * call keeps no snapshot. */
+fx_status fx_forward_verify(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
+                            float *logits, struct fx_error *err);
 /* The same, plus the final normed hidden state of every row; hidden: [n][n_embd]. */
 fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                        int32_t pos0, float *logits, float *hidden,

@@ -53,9 +53,11 @@ FX_TEST(decoder_one_cold_entry_per_forward) {
         assert_int_equal(fx_par_cold_entries(), before + 4);
         assert_int_equal(fx_forward_hidden_batch(ctx, P1, 16, 0, hidden, &err), FX_OK);
         assert_int_equal(fx_par_cold_entries(), before + 5);
+        assert_int_equal(fx_forward_verify(ctx, P1, 16, 0, logits, &err), FX_OK);
+        assert_int_equal(fx_par_cold_entries(), before + 6);
         /* A rejected call does not enter the pool at all. */
         assert_int_equal(fx_forward_token(ctx, -1, 16, logits, &err), FX_ERR_INVALID_ARG);
-        assert_int_equal(fx_par_cold_entries(), before + 5);
+        assert_int_equal(fx_par_cold_entries(), before + 6);
         fx_context_free(ctx);
         fx_model_free(m);
     }
@@ -95,7 +97,7 @@ FX_TEST(decoder_forward_functions_only_in_entry_c) {
     assert_int_equal(nftw("src", scan_file, 16, FTW_PHYS), 0);
     regfree(&definition);
     assert_int_equal(stray_definitions, 0);
-    assert_int_equal(entry_definitions, 9); /* the nine entry points; the scan itself works */
+    assert_int_equal(entry_definitions, 10); /* the ten entry points; the scan itself works */
 }
 
 /* ---- the maths does not depend on scheduling --------------------------------------------- */

@@ -1,6 +1,6 @@
 /* ferrox run on a Qwen3.5 fixture, as a user runs it: greedy text equal to the pieces of
- * llama.cpp's greedy tokens (fixtures/qwen35 P1), decoding plainly by default since speculation
- * cannot roll a recurrent state back yet, and --spec asking for it refused with the reason. */
+ * llama.cpp's greedy tokens (fixtures/qwen35 P1), by default, decoding plainly and with prompt
+ * lookup drafting at every step. */
 #include "fx_test.h"
 
 #include <jansson.h>
@@ -45,11 +45,20 @@ FX_TEST(qwen35_cli_run_greedy) {
     free(out);
     free(err);
 
-    const char *spec[] = {"run", "-m", model, "-p", "Once", "-n", "4", "--spec", "ngram", NULL};
-    rc = fx_test_run_cli(spec, NULL, &out, &err);
-    assert_int_not_equal(rc, 0);
-    assert_non_null(strstr(err, "qwen35 sequences have a recurrent state, which cannot be rolled "
-                                "back yet"));
-    free(out);
-    free(err);
+    /* The same text decoding plainly, and with prompt lookup always drafting (rolled back
+     * through the verify steps' snapshots). */
+    const char *kinds[][4] = {{"--spec", "none", NULL, NULL},
+                              {"--spec", "ngram", "--spec-fixed", "--draft-max=8"}};
+    for (int i = 0; i < 2; i++) {
+        const char *a[16] = {"run", "-m", model, "-p", "Once upon a time, there was a little",
+                             "-n",  "14", "--temp", "0", "-t", "2"};
+        for (int j = 0; j < 4 && kinds[i][j]; j++)
+            a[11 + j] = kinds[i][j];
+        rc = fx_test_run_cli(a, NULL, &out, &err);
+        if (rc != 0)
+            fail_msg("ferrox run %s exited %d: %s", kinds[i][1], rc, err);
+        assert_string_equal(out, want);
+        free(out);
+        free(err);
+    }
 }

@@ -202,8 +202,7 @@ FX_TEST(qwen35_golden_moe_f32) {
 }
 
 /* A recurrent state is the state at the sequence's end: a call continues there or restarts at
- * 0, truncation keeps all or nothing, and what ferrox does not keep for hybrid models yet (pooled
- * sequences, saved state) is refused with a message rather than computed wrongly. Refused calls
+ * 0, truncation keeps all or nothing, and a saved state holds every position. Refused calls
  * change nothing: the sequence then continues as if they had not been made. */
 FX_TEST(qwen35_sequence_rules) {
     struct fx_model *m;
@@ -220,20 +219,10 @@ FX_TEST(qwen35_sequence_rules) {
     assert_int_equal(fx_context_kv_truncate(ctx, 2, &err), FX_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "can only be kept whole or cleared"));
     assert_int_equal(fx_context_kv_truncate(ctx, 4, &err), FX_OK);
-    assert_int_equal(fx_context_state_save(ctx, toks, 4, fx_test_tmpfile("q35.state"), &err),
-                     FX_ERR_UNSUPPORTED);
+    assert_int_equal(fx_context_state_save(ctx, toks, 3, fx_test_tmpfile("q35.state"), &err),
+                     FX_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "its recurrent state is that of all of them"));
     assert_int_equal(fx_context_kv_len(ctx), 4);
-
-    struct fx_kv_pool_params pp = fx_kv_pool_default_params();
-    pp.n_blocks = 16;
-    struct fx_kv_pool *pool;
-    fx_seq_id seq;
-    assert_int_equal(fx_kv_pool_create(m, &pp, &pool, &err), FX_OK);
-    assert_int_equal(fx_kv_seq_create(pool, &seq, &err), FX_OK);
-    assert_int_equal(fx_forward_token_paged(ctx, pool, seq, toks[0], 0, b, &err),
-                     FX_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err.msg, "recurrent state of pooled sequences"));
-    fx_kv_pool_free(pool);
 
     /* After the refusals: the same as a sequence that never saw them. */
     assert_int_equal(fx_forward_batch_last(ctx, toks + 4, 2, 4, a, &err), FX_OK);

@@ -366,10 +366,6 @@ static fx_status spec_create(struct fx_cli_gen *g, const struct fx_cli_gen_opts 
                              struct fx_error *err) {
     if (o->spec == FX_CLI_SPEC_NONE || o->draft_max == 0)
         return FX_OK;
-    /* Speculation is a default, not a requirement: a model whose sequences cannot be rolled
-     * back decodes plainly unless --spec asked for it (then fx_spec_create says why not). */
-    if (!o->spec_given && fx_model_has_recurrent_state(fx_context_model(g->ctx)))
-        return FX_OK;
     fx_status st;
     if (o->spec == FX_CLI_SPEC_NGRAM) {
         st = fx_drafter_ngram_create(NULL, &g->drafter, err);

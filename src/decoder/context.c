@@ -262,11 +262,8 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     fx_status st = fx_pool_create(p.n_threads, &ctx->pool, err);
     if (st)
         goto fail;
-    int64_t key_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_k_heads;
-    int64_t value_dim = (int64_t)hp->ssm_d_state * hp->n_ssm_v_heads;
-    st = fx_rstate_init(&ctx->rs, p.paged_only ? 0 : hp->n_layer_rec,
-                        (2 * key_dim + value_dim) * (hp->ssm_d_conv - 1),
-                        hp->n_ssm_v_heads * fx_delta_state_floats(hp->ssm_d_state), err);
+    st = p.paged_only ? fx_rstate_init(&ctx->rs, 0, 0, 0, err)
+                      : fx_rstate_init_for(&ctx->rs, m, err);
     if (st)
         goto fail;
     st = fx_kv_contig_init(&ctx->kv, hp->n_layer_kv, p.paged_only ? 0 : p.n_ctx, hp->n_head_kv,
@@ -372,6 +369,8 @@ void fx_context_free(struct fx_context *ctx) {
     fx_pool_free(ctx->pool);
     fx_kv_contig_release(&ctx->kv);
     fx_rstate_release(&ctx->rs);
+    for (int32_t i = 0; i < ctx->snap_alloc; i++)
+        fx_rstate_release(&ctx->snap[i]);
     free(ctx->arena);
     free(ctx->xstage);
     free(ctx);
@@ -393,11 +392,20 @@ fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_er
     if (n < 0 || n > ctx->kv.n_filled)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot truncate a cache of %d positions to %d", ctx->kv.n_filled, n);
-    if (ctx->model->hp.n_layer_rec > 0 && n != 0 && n != ctx->kv.n_filled)
+    /* Into the rows of the last verify step: its snapshot of the state after position n - 1. */
+    int32_t j = n - 1 - ctx->snap_pos0;
+    bool snapshot = j >= 0 && j < ctx->n_snap;
+    if (ctx->model->hp.n_layer_rec > 0 && n != 0 && n != ctx->kv.n_filled && !snapshot)
         return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
                             "cannot truncate a sequence of %d positions to %d: the recurrent "
-                            "state of %s can only be kept whole or cleared",
+                            "state of %s can only be kept whole or cleared (or cut back into a "
+                            "verify step's rows)",
                             ctx->kv.n_filled, n, ctx->model->arch);
+    if (n != ctx->kv.n_filled) {
+        if (snapshot)
+            fx_rstate_copy(&ctx->rs, &ctx->snap[j]);
+        ctx->n_snap = 0;
+    }
     ctx->kv.n_filled = n;
     if (ctx->dev)
         fx_cuda_decoder_truncate(ctx->dev, n);
@@ -412,17 +420,13 @@ fx_status fx_context_state_save(const struct fx_context *ctx, const fx_token *to
                                 const char *path, struct fx_error *err) {
     if (!ctx)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the context is NULL");
-    if (ctx->model->hp.n_layer_rec > 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "saving the state of a %s sequence (recurrent state) is not supported",
-                            ctx->model->arch);
     /* Rows the device wrote join the host cache first: a copy of what the context holds, so the
      * context is unchanged in what it computes (hence the cast). */
     fx_status st;
     if (ctx->dev &&
         (st = fx_cuda_decoder_kv_to_host(ctx->dev, (struct fx_kv_contig *)&ctx->kv, err)))
         return st;
-    return fx_kv_contig_save(&ctx->kv, ctx->model, tokens, n, path, err);
+    return fx_kv_contig_save(&ctx->kv, &ctx->rs, ctx->model, tokens, n, path, err);
 }
 
 fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const fx_token *prompt,
@@ -432,12 +436,9 @@ fx_status fx_context_state_load(struct fx_context *ctx, const char *path, const 
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (paged_only)");
-    if (ctx->model->hp.n_layer_rec > 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "loading the state of a %s sequence (recurrent state) is not "
-                            "supported",
-                            ctx->model->arch);
-    fx_status st = fx_kv_contig_load(&ctx->kv, ctx->model, path, prompt, n_prompt, n_loaded, err);
+    ctx->n_snap = 0;
+    fx_status st =
+        fx_kv_contig_load(&ctx->kv, &ctx->rs, ctx->model, path, prompt, n_prompt, n_loaded, err);
     if (st == FX_OK && ctx->dev)
         st = fx_cuda_decoder_kv_from_host(ctx->dev, &ctx->kv, 0, ctx->kv.n_filled, err);
     return st;

@@ -115,6 +115,11 @@ struct fx_context {
     struct fx_kv_contig kv;        /* unallocated (n_filled 0, no rows) when paged_only */
     struct fx_rstate rs;           /* the contiguous sequence's recurrent state (hybrid models) */
     int32_t mtp_len;               /* positions of the MTP head's cache (its layers of kv) */
+    /* Rollback of a verify step (fx_forward_verify): snap[j] is rs after position snap_pos0 + j,
+     * for j < n_snap; the snapshots are allocated by the first verify step that needs them
+     * (snap_alloc of them) and valid until the next trunk call or a truncation that cuts. */
+    struct fx_rstate snap[FX_ROLLBACK_MAX];
+    int32_t snap_alloc, n_snap, snap_pos0;
     bool paged_only;
     struct fx_scratch s;
     void *arena;     /* the one allocation behind every scratch buffer */
@@ -142,7 +147,15 @@ struct fx_fwd {
     /* 0: every layer, then the output. Otherwise only layers 0 .. cpu_layers - 1 run, leaving
      * the residual stream in ctx->s.x, and a device runs the rest (cuda/decode.h). */
     int32_t cpu_layers;
+    /* [n - 1] where the recurrent state after each row but the last is copied (a verify step of
+     * a hybrid model), or NULL: no snapshots. */
+    struct fx_rstate *snap;
 };
+
+/* Where the recurrent state after row i of call f is to be copied, or NULL. */
+static inline struct fx_rstate *fx_fwd_snap(const struct fx_fwd *f, int64_t i) {
+    return f->snap && i < f->n - 1 ? &f->snap[i] : NULL;
+}
 
 /* One chunk of at most n_batch rows of a call; every worker computes the same value. */
 struct fx_chunk {
@@ -155,10 +168,11 @@ struct fx_chunk {
 
 /* Each checks everything that can fail (tokens, positions, capacity) and reserves KV room before
  * the pool is entered, so that the body cannot fail halfway (ARCHITECTURE.md rule 4). Over the
- * context's contiguous cache: */
+ * context's contiguous cache (verify: keep the recurrent state after each row but the last,
+ * fx_forward_verify): */
 fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
-                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
-                         struct fx_error *err);
+                         enum fx_logits_rows rows, float *logits, float *hidden, bool verify,
+                         struct fx_fwd *out, struct fx_error *err);
 /* Over one sequence of a pool (pos0 its length): */
 fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, fx_seq_id seq,
                                const fx_token *tokens, int64_t n, int32_t pos0,

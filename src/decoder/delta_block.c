@@ -15,7 +15,11 @@
  * writes it. Chunks are cut at fixed positions, so a row's arithmetic does not depend on how the
  * sequence's rows are split into calls: batched prefill and token-by-token decode give the same
  * bits. The conv window and the delta-rule states are the sequence's recurrent state
- * (kv/recurrent.h), read and written in place; a row at position 0 starts from zeros. */
+ * (kv/recurrent.h), read and written in place; a row at position 0 starts from zeros.
+ *
+ * A verify step (fx_forward_verify) copies the state after each row but the last into that row's
+ * snapshot (fx_fwd_snap): each worker the conv channels and V heads it owns, the delta rule then
+ * run one row at a time (the same bits, as above). */
 #include <math.h>
 #include <string.h>
 
@@ -45,6 +49,10 @@ static void conv_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         float *out = s->rconv + i * conv_dim + b;
         k->conv_step(out, win, s->rqkv + i * conv_dim + b, l->ssm_conv + b * d_conv, e - b, d_conv);
         k->act[FX_ACT_SILU](out, out, e - b);
+        const struct fx_rstate *snap = fx_fwd_snap(c->f, c->row0 + i);
+        if (snap)
+            memcpy(fx_rstate_conv(snap, l->rec_il) + b * (d_conv - 1), win,
+                   (size_t)((e - b) * (d_conv - 1)) * sizeof(float));
     }
 }
 
@@ -70,7 +78,8 @@ static void gates_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     }
 }
 
-/* V head hv over the chunk's rows, a run of rows of one delta-rule chunk at a time: the delta
+/* V head hv over the chunk's rows, a run of one sequence's rows of one delta-rule chunk at a
+ * time: the delta
  * rule on its state, then the gated norm of its output into ry. work: the worker's
  * [FX_DELTA_CHUNK][2 d] floats. */
 static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hv,
@@ -85,7 +94,15 @@ static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_
     float scale = 1.0f / sqrtf((float)d);
     for (int64_t i = 0, n; i < c->n; i += n) {
         int32_t pos = fx_kv_step_pos(&c->kv, i), r0 = pos % FX_DELTA_CHUNK;
-        n = FX_DELTA_CHUNK - r0 < c->n - i ? FX_DELTA_CHUNK - r0 : c->n - i;
+        int64_t most = FX_DELTA_CHUNK - r0 < c->n - i ? FX_DELTA_CHUNK - r0 : c->n - i;
+        if (fx_fwd_snap(c->f, c->row0 + i))
+            most = 1; /* the state after this row is kept */
+        /* A run is consecutive positions of one sequence (a multi-sequence step may interleave
+         * sequences' rows). */
+        for (n = 1; n < most && fx_kv_step_same_seq(&c->kv, i, i + n) &&
+                    fx_kv_step_pos(&c->kv, i + n) == pos + n;
+             n++)
+            ;
         float *mem =
             fx_rstate_ssm(fx_kv_step_rstate(&c->kv, i), l->rec_il) + hv * fx_delta_state_floats(d);
         struct fx_delta_state st = fx_delta_state_at(mem, d);
@@ -105,6 +122,10 @@ static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_
             k->rms_norm(yr, yr, l->ssm_norm, d, hp->rms_eps);
             k->glu[FX_ACT_SILU](yr, s->rz + (i + r) * value_dim + hv * d, yr, d);
         }
+        const struct fx_rstate *snap = fx_fwd_snap(c->f, c->row0 + i + n - 1);
+        if (snap)
+            memcpy(fx_rstate_ssm(snap, l->rec_il) + hv * fx_delta_state_floats(d), mem,
+                   (size_t)fx_delta_state_floats(d) * sizeof(float));
     }
 }
 

@@ -43,36 +43,42 @@ static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
 }
 
 static fx_status forward(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
-                         enum fx_logits_rows rows, float *logits, float *hidden,
+                         enum fx_logits_rows rows, float *logits, float *hidden, bool verify,
                          struct fx_error *err) {
     struct fx_fwd f;
-    return run(fx_fwd_prepare(ctx, tokens, n, pos0, rows, logits, hidden, &f, err), &f, err);
+    return run(fx_fwd_prepare(ctx, tokens, n, pos0, rows, logits, hidden, verify, &f, err), &f,
+               err);
 }
 
 fx_status fx_forward_token(struct fx_context *ctx, fx_token token, int32_t pos, float *logits,
                            struct fx_error *err) {
-    return forward(ctx, &token, 1, pos, FX_LOGITS_ALL, logits, NULL, err);
+    return forward(ctx, &token, 1, pos, FX_LOGITS_ALL, logits, NULL, false, err);
 }
 
 fx_status fx_forward_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
                            float *logits, struct fx_error *err) {
-    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, NULL, err);
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, NULL, false, err);
+}
+
+fx_status fx_forward_verify(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
+                            float *logits, struct fx_error *err) {
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, NULL, true, err);
 }
 
 fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                        int32_t pos0, float *logits, float *hidden,
                                        struct fx_error *err) {
-    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, err);
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, false, err);
 }
 
 fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                 int32_t pos0, float *logits, struct fx_error *err) {
-    return forward(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits, NULL, err);
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits, NULL, false, err);
 }
 
 fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                   int32_t pos0, float *hidden, struct fx_error *err) {
-    return forward(ctx, tokens, n, pos0, FX_LOGITS_NONE, NULL, hidden, err);
+    return forward(ctx, tokens, n, pos0, FX_LOGITS_NONE, NULL, hidden, false, err);
 }
 
 fx_status fx_forward_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,

@@ -32,9 +32,23 @@ static fx_status check_tokens(const struct fx_context *ctx, const fx_token *toke
     return FX_OK;
 }
 
+/* Snapshots for the n - 1 first rows of a verify step, allocated as first needed (and kept). */
+static fx_status prepare_snapshots(struct fx_context *ctx, int64_t n, struct fx_error *err) {
+    if (n - 1 > FX_ROLLBACK_MAX)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a verify step of %lld rows: a %s sequence can roll back at most %d",
+                            (long long)n, ctx->model->arch, FX_ROLLBACK_MAX);
+    for (; ctx->snap_alloc < n - 1; ctx->snap_alloc++) {
+        fx_status st = fx_rstate_init_for(&ctx->snap[ctx->snap_alloc], ctx->model, err);
+        if (st)
+            return st;
+    }
+    return FX_OK;
+}
+
 fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t n, int32_t pos0,
-                         enum fx_logits_rows rows, float *logits, float *hidden, struct fx_fwd *out,
-                         struct fx_error *err) {
+                         enum fx_logits_rows rows, float *logits, float *hidden, bool verify,
+                         struct fx_fwd *out, struct fx_error *err) {
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (it was made paged_only)");
@@ -59,6 +73,9 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
     st = check_tokens(ctx, tokens, n, err);
     if (st)
         return st;
+    bool snap = verify && ctx->model->hp.n_layer_rec > 0 && n > 1;
+    if (snap && (st = prepare_snapshots(ctx, n, err)))
+        return st;
     *out = (struct fx_fwd){
         .ctx = ctx,
         .tokens = tokens,
@@ -67,6 +84,7 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
         .logits_rows = rows,
         .logits = logits,
         .hidden = hidden,
+        .snap = snap ? ctx->snap : NULL,
     };
     return FX_OK;
 }
@@ -118,12 +136,12 @@ static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_poo
     const struct fx_hparams *hp = &ctx->model->hp;
     if (!pool)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the KV pool is NULL");
-    if (hp->n_layer_rec > 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "%s over a KV pool: the recurrent state of pooled sequences is not "
-                            "implemented (use the contiguous context)",
-                            ctx->model->arch);
-    if (pool->n_layer != hp->n_layer || pool->n_head_kv != hp->n_head_kv ||
+    if (pool->model != ctx->model && (pool->recurrent || hp->n_layer_rec > 0))
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "the KV pool of a %s model is stepped with another model (its "
+                            "sequences' recurrent state is sized for its own)",
+                            pool->model->arch);
+    if (pool->n_layer != hp->n_layer_kv || pool->n_head_kv != hp->n_head_kv ||
         pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "the KV pool was made for another model shape (%d layers, %d KV "
@@ -244,10 +262,14 @@ void fx_fwd_finish(const struct fx_fwd *f) {
     switch (f->kv.kind) {
     case FX_KV_CONTIG:
         /* Writing at pos0 drops whatever followed it: the cache now ends with this call's rows. */
-        if (f->hidden_in)
+        if (f->hidden_in) {
             f->ctx->mtp_len = f->kv.u.contig.pos0 + (int32_t)f->n;
-        else
+        } else {
             f->ctx->kv.n_filled = f->kv.u.contig.pos0 + (int32_t)f->n;
+            /* The trunk's state moved on: only this call's snapshots, if any, describe it. */
+            f->ctx->n_snap = f->snap ? (int32_t)f->n - 1 : 0;
+            f->ctx->snap_pos0 = f->kv.u.contig.pos0;
+        }
         return;
     case FX_KV_PAGED:
         for (int64_t i = 0; i < f->n; i++)

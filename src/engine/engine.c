@@ -380,11 +380,12 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
                            struct fx_error *err) {
     *out = NULL;
     struct fx_engine_params p = params ? *params : fx_engine_default_params();
-    /* The engine keeps its sequences in a paged pool, which has no recurrent state yet. */
-    if (fx_model_has_recurrent_state(m))
+    /* Speculation rolls rejected drafts back by truncating the sequence, which a recurrent
+     * state cannot follow. */
+    if (p.spec && fx_model_has_recurrent_state(m))
         return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "serving %s: pooled sequences with a recurrent state are not "
-                            "implemented yet (ferrox run and chat support it)",
+                            "serving %s with speculation: a recurrent state cannot be rolled "
+                            "back yet (use --spec none)",
                             fx_model_arch(m));
     if (p.n_parallel < 1 || p.n_parallel > 1024)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,

@@ -129,11 +129,8 @@ static inline bool fx_kv_step_same_seq(const struct fx_kv_step *s, int64_t i, in
 
 /* The recurrent state of row i's sequence (hybrid models), continued by the row: the state
  * after the row's previous position, or anything at position 0, where the row starts from zeros.
- * Only contiguous steps carry one (the preparation of a step refuses hybrid models over a pool). */
-static inline struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i) {
-    (void)i;
-    return s->kind == FX_KV_CONTIG ? s->u.contig.rs : NULL;
-}
+ * The contiguous cache's, or the pool sequence's (kv/paged.h). */
+struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i);
 
 /* Stores row i's key and value of KV head g (f32: head_dim and head_dim_v floats) in layer il at
  * the row's position, converted to the cache's types. */

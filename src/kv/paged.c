@@ -75,8 +75,8 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
     uint64_t n_buckets = 1;
     while (n_buckets < (uint64_t)pp.n_blocks)
         n_buckets <<= 1;
-    if (hp->n_layer < 1 || hp->n_head_kv < 1 ||
-        fx_mul_overflow_u64((uint64_t)hp->n_layer, (uint64_t)hp->n_head_kv, &rows) ||
+    if (hp->n_layer_kv < 1 || hp->n_head_kv < 1 ||
+        fx_mul_overflow_u64((uint64_t)hp->n_layer_kv, (uint64_t)hp->n_head_kv, &rows) ||
         fx_mul_overflow_u64(rows, (uint64_t)pp.block_size, &rows) ||
         fx_mul_overflow_u64(rows, k_row, &k_block) || fx_mul_overflow_u64(rows, v_row, &v_block) ||
         fx_mul_overflow_u64(k_block, (uint64_t)pp.n_blocks, &k_bytes) ||
@@ -88,12 +88,14 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "KV pool of n_blocks %d x block_size %d positions (%d layers, %d KV "
                             "heads) overflows",
-                            pp.n_blocks, pp.block_size, hp->n_layer, hp->n_head_kv);
+                            pp.n_blocks, pp.block_size, hp->n_layer_kv, hp->n_head_kv);
 
     struct fx_kv_pool *p = calloc(1, sizeof *p);
     if (!p)
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory for a KV pool");
-    *p = (struct fx_kv_pool){.n_layer = hp->n_layer,
+    *p = (struct fx_kv_pool){.model = m,
+                             .recurrent = hp->n_layer_rec > 0,
+                             .n_layer = hp->n_layer_kv,
                              .n_head_kv = hp->n_head_kv,
                              .head_dim = hp->head_dim,
                              .head_dim_v = hp->head_dim_v,
@@ -161,6 +163,7 @@ void fx_kv_pool_free(struct fx_kv_pool *p) {
         for (int32_t i = 0; i < p->n_seq_max; i++) {
             free(p->seqs[i].table);
             free(p->seqs[i].tokens);
+            fx_rstate_release(&p->seqs[i].rs);
         }
     free(p->k);
     free(p->v);
@@ -283,7 +286,9 @@ static fx_seq_id free_slot(const struct fx_kv_pool *p) {
     return -1;
 }
 
-/* A free slot for a new sequence in *id; out is the caller's, checked here. */
+/* A free slot for a new sequence in *id, with its recurrent state (hybrid models) allocated and
+ * zeroed; out is the caller's, checked here. A caller that fails after this releases the state
+ * (drop_slot). */
 static fx_status new_seq(struct fx_kv_pool *p, const fx_seq_id *out, fx_seq_id *id,
                          struct fx_error *err) {
     if (!p)
@@ -294,7 +299,13 @@ static fx_status new_seq(struct fx_kv_pool *p, const fx_seq_id *out, fx_seq_id *
     if (*id < 0)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "the KV pool already holds n_seq_max = %d sequences", p->n_seq_max);
-    return FX_OK;
+    /* A zero state; the slot's previous one was released when it was freed. */
+    return fx_rstate_init_for(&p->seqs[*id].rs, p->model, err);
+}
+
+/* Undoes new_seq for a slot that did not become live. */
+static void drop_slot(struct fx_kv_pool *p, fx_seq_id id) {
+    fx_rstate_release(&p->seqs[id].rs);
 }
 
 /* Makes slot id a live sequence of len positions and n_table blocks (already in its table). */
@@ -333,15 +344,19 @@ fx_status fx_kv_seq_create_cached(struct fx_kv_pool *p, const fx_token *tokens, 
     struct fx_kv_seq *s = &p->seqs[id];
     const int32_t bs = p->block_size;
     int32_t found = 0, parent = -1;
-    while ((int64_t)(found + 1) * bs <= (int64_t)n - 1) {
+    /* A recurrent sequence could reuse blocks only with the state at their end, which is not
+     * kept: it starts from nothing. */
+    while (!p->recurrent && (int64_t)(found + 1) * bs <= (int64_t)n - 1) {
         p->prefix_queries++;
         int32_t b = fx_kv_prefix_find(p, parent, tokens + (size_t)found * (size_t)bs);
         if (b < 0)
             break;
         p->prefix_hits++;
         st = grow_table(p, s, found + 1, err);
-        if (st)
+        if (st) {
+            drop_slot(p, id);
             return st;
+        }
         s->table[found++] = b;
         parent = b;
     }
@@ -371,8 +386,11 @@ fx_status fx_kv_seq_fork(struct fx_kv_pool *p, fx_seq_id src, fx_seq_id *out,
     /* Only the blocks covering positions 0..len-1: blocks reserved past them stay src's. */
     int32_t nb = (int32_t)blocks_for(p, from->len);
     st = grow_table(p, s, nb, err);
-    if (st)
+    if (st) {
+        drop_slot(p, id);
         return st;
+    }
+    fx_rstate_copy(&s->rs, &from->rs);
     for (int32_t i = 0; i < nb; i++) {
         s->table[i] = from->table[i];
         hold_block(p, s->table[i]);
@@ -404,6 +422,11 @@ fx_status fx_kv_seq_truncate(struct fx_kv_pool *p, fx_seq_id seq, int32_t n, str
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot truncate sequence %d to %d positions: it holds %d", seq, n,
                             s->len);
+    if (p->recurrent && n != 0 && n != s->len)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "cannot truncate sequence %d of %d positions to %d: the recurrent "
+                            "state of %s can only be kept whole or cleared",
+                            seq, s->len, n, p->model->arch);
     truncate_seq(p, s, n);
     return FX_OK;
 }
@@ -413,6 +436,7 @@ void fx_kv_seq_free(struct fx_kv_pool *p, fx_seq_id seq) {
         return;
     struct fx_kv_seq *s = &p->seqs[seq];
     truncate_seq(p, s, 0);
+    fx_rstate_release(&s->rs);
     s->live = false;
     p->n_seq--;
 }

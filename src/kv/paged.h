@@ -5,6 +5,10 @@
  * A block holds block_size positions of every layer and KV head, so that one id in a sequence's
  * table serves every layer and a copy-on-write is one memcpy per K and V.
  *
+ * A hybrid model's sequence (qwen35) also owns a recurrent state (kv/recurrent.h), which a fork
+ * copies and which cannot be truncated: such a sequence is kept whole or cleared, and it takes
+ * no blocks from the prefix cache (the state at a block's end is not kept).
+ *
  * Not thread-safe: a pool belongs to one thread at a time (the one that steps it). */
 #ifndef FX_KV_PAGED_H
 #define FX_KV_PAGED_H
@@ -22,10 +26,14 @@ struct fx_kv_seq {
     int32_t cap_table; /* table and tokens are allocated for cap_table blocks */
     int32_t *table;    /* [cap_table] block ids */
     fx_token *tokens;  /* [cap_table * block_size] the token id of each position */
+    struct fx_rstate rs; /* hybrid models: the state after position len - 1 (kv/recurrent.h),
+                          * allocated while the sequence lives; n_layer 0 otherwise */
 };
 
 struct fx_kv_pool {
-    int32_t n_layer, n_head_kv;
+    const struct fx_model *model; /* sizes each sequence's recurrent state */
+    bool recurrent;               /* the model's sequences carry a recurrent state */
+    int32_t n_layer, n_head_kv;   /* n_layer: the layers that keep K and V (n_layer_kv) */
     int64_t head_dim, head_dim_v;
     int32_t n_blocks, block_size, n_seq_max;
     enum fx_type type_k, type_v;

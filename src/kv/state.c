@@ -80,11 +80,13 @@ struct place {
     int32_t n_layer, n_head_kv;
     enum fx_type type_k, type_v;
     uint64_t k_row, v_row;
+    struct fx_rstate *rs; /* the sequence's recurrent state; n_layer 0 for models without */
 };
 
-static struct place place_contig(struct fx_kv_contig *kv) {
+static struct place place_contig(struct fx_kv_contig *kv, struct fx_rstate *rs) {
     return (struct place){.kind = PLACE_CONTIG,
                           .u.kv = kv,
+                          .rs = rs,
                           .n_layer = kv->n_layer,
                           .n_head_kv = kv->n_head_kv,
                           .type_k = kv->type_k,
@@ -96,6 +98,7 @@ static struct place place_contig(struct fx_kv_contig *kv) {
 static struct place place_pool(struct fx_kv_pool *pool, fx_seq_id seq) {
     return (struct place){.kind = PLACE_POOL,
                           .u.pool = {pool, seq},
+                          .rs = &pool->seqs[seq].rs,
                           .n_layer = pool->n_layer,
                           .n_head_kv = pool->n_head_kv,
                           .type_k = pool->type_k,
@@ -134,7 +137,7 @@ static uint8_t *row_run(const struct place *p, bool is_v, int il, int g, int32_t
 #define OFF_TYPE_K      80
 #define OFF_TYPE_V      84
 #define OFF_N           88
-#define OFF_RESERVED    92
+#define OFF_REC         92
 
 enum { D_LAYER, D_EMBD, D_HEAD, D_HEAD_KV, D_HEAD_DIM, D_HEAD_DIM_V, D_VOCAB, N_DIMS };
 static const char *const DIM_NAMES[N_DIMS] = {"n_layer",  "n_embd",     "n_head", "n_head_kv",
@@ -147,7 +150,7 @@ struct header {
     uint64_t fingerprint;
     uint32_t type_k, type_v;
     uint32_t n;
-    uint32_t reserved;
+    uint32_t rec_floats; /* version 2: floats of the recurrent state; 0 in version 1 */
 };
 
 static void put_le32(uint8_t *p, uint32_t v) {
@@ -185,20 +188,30 @@ static void encode_header(const struct header *h, uint8_t out[FX_KV_STATE_HEADER
     put_le32(out + OFF_TYPE_K, h->type_k);
     put_le32(out + OFF_TYPE_V, h->type_v);
     put_le32(out + OFF_N, h->n);
-    put_le32(out + OFF_RESERVED, h->reserved);
+    put_le32(out + OFF_REC, h->rec_floats);
 }
 
-/* The identity of model m, with the KV types of p and n positions. */
+/* Floats of model m's recurrent state (0 for models without one). */
+static uint64_t rec_floats(const struct fx_model *m) {
+    int64_t conv, ssm;
+    fx_rstate_shape(m, &conv, &ssm);
+    return (uint64_t)m->hp.n_layer_rec * (uint64_t)(conv + ssm);
+}
+
+/* The identity of model m, with the KV types of p and n positions: version 2 with the size of
+ * the recurrent state for hybrid models, version 1 for the others. */
 static struct header model_header(const struct fx_model *m, const struct place *p, int32_t n) {
     const struct fx_hparams *hp = &m->hp;
-    struct header h = {.version = FX_KV_STATE_VERSION,
-                       .dims = {(uint32_t)hp->n_layer, (uint32_t)hp->n_embd, (uint32_t)hp->n_head,
+    uint64_t r = rec_floats(m);
+    struct header h = {.version = r ? 2u : 1u,
+                       .dims = {(uint32_t)hp->n_layer_kv, (uint32_t)hp->n_embd, (uint32_t)hp->n_head,
                                 (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
                                 (uint32_t)hp->head_dim_v, (uint32_t)hp->n_vocab},
                        .fingerprint = fx_model_fingerprint(m),
                        .type_k = (uint32_t)p->type_k,
                        .type_v = (uint32_t)p->type_v,
-                       .n = (uint32_t)n};
+                       .n = (uint32_t)n,
+                       .rec_floats = (uint32_t)r};
     snprintf(h.arch, sizeof h.arch, "%s", m->arch);
     return h;
 }
@@ -262,6 +275,10 @@ static fx_status save(const struct place *p, const struct fx_model *m, const fx_
     }
     put_rows(&o, p, false, n);
     put_rows(&o, p, true, n);
+    if (p->rs->n_layer > 0) {
+        put(&o, p->rs->conv, (uint64_t)p->rs->n_layer * (uint64_t)p->rs->conv_floats * 4);
+        put(&o, p->rs->ssm, (uint64_t)p->rs->n_layer * (uint64_t)p->rs->ssm_floats * 4);
+    }
     uint8_t sum[8];
     put_le64(sum, o.crc);
     put(&o, sum, 8);
@@ -293,12 +310,14 @@ struct state {
     int32_t keep;
     uint8_t *k; /* [n_layer][n_head_kv][keep][k_row] */
     uint8_t *v; /* [n_layer][n_head_kv][keep][v_row] */
+    float *rec; /* [h.rec_floats] the recurrent state, when keep is every position; else NULL */
 };
 
 static void state_free(struct state *s) {
     free(s->tokens);
     free(s->k);
     free(s->v);
+    free(s->rec);
     *s = (struct state){0};
 }
 
@@ -340,7 +359,7 @@ static fx_status parse_header(const uint8_t *b, uint64_t size, struct state *s,
                             "state file is truncated: %llu bytes, less than a header",
                             (unsigned long long)size);
     h->version = get_le32(b + OFF_VERSION);
-    if (h->version != FX_KV_STATE_VERSION)
+    if (h->version < 1 || h->version > FX_KV_STATE_VERSION)
         return fx_error_set(err, FX_ERR_FORMAT, OFF_VERSION,
                             "state file version %u is not supported (this build reads version %u)",
                             h->version, FX_KV_STATE_VERSION);
@@ -357,10 +376,13 @@ static fx_status parse_header(const uint8_t *b, uint64_t size, struct state *s,
     h->type_k = get_le32(b + OFF_TYPE_K);
     h->type_v = get_le32(b + OFF_TYPE_V);
     h->n = get_le32(b + OFF_N);
-    h->reserved = get_le32(b + OFF_RESERVED);
-    if (h->reserved != 0)
-        return fx_error_set(err, FX_ERR_FORMAT, OFF_RESERVED,
-                            "state file is damaged: reserved field is %u, not 0", h->reserved);
+    h->rec_floats = get_le32(b + OFF_REC);
+    if (h->version == 1 && h->rec_floats != 0)
+        return fx_error_set(err, FX_ERR_FORMAT, OFF_REC,
+                            "state file is damaged: reserved field is %u, not 0", h->rec_floats);
+    if (h->version == 2 && h->rec_floats == 0)
+        return fx_error_set(err, FX_ERR_FORMAT, OFF_REC,
+                            "state file is damaged: a version 2 file without a recurrent state");
     if (h->n > INT32_MAX)
         return fx_error_set(err, FX_ERR_FORMAT, OFF_N,
                             "state file is damaged: %u positions is more than any context", h->n);
@@ -376,11 +398,12 @@ static fx_status parse_header(const uint8_t *b, uint64_t size, struct state *s,
                                 "KV row (f32, f16 or q8_0)",
                                 i ? "V" : "K", types[i], dims[i]);
     }
-    /* header + 4 n + n_layer * n_head_kv * n * (k_row + v_row) + 8, overflow-checked. */
+    /* header + 4 n + n_layer * n_head_kv * n * (k_row + v_row) + 4 r + 8, overflow-checked. */
     uint64_t n_rows, row_bytes, total;
     if (fx_mul_overflow_u64((uint64_t)h->dims[D_LAYER] * h->dims[D_HEAD_KV], h->n, &n_rows) ||
         fx_add_overflow_u64(s->k_row, s->v_row, &row_bytes) ||
         fx_mul_overflow_u64(n_rows, row_bytes, &total) ||
+        fx_add_overflow_u64(total, 4 * (uint64_t)h->rec_floats, &total) ||
         fx_add_overflow_u64(total, FX_KV_STATE_HEADER + 8 + 4 * (uint64_t)h->n, &total))
         return fx_error_set(err, FX_ERR_FORMAT, OFF_DIMS,
                             "state file is damaged: the size its header describes overflows");
@@ -481,6 +504,20 @@ static fx_status read_state(const char *path, const fx_token *prompt, int32_t n_
         if (st)
             goto done;
     }
+    /* The recurrent state is that of all n positions: kept only with every one of them. */
+    if (h->rec_floats > 0) {
+        uint64_t bytes = 4 * (uint64_t)h->rec_floats; /* <= the file's size */
+        if (keep == n && !(s->rec = malloc((size_t)bytes))) {
+            st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
+                              "out of memory for %llu bytes of recurrent state",
+                              (unsigned long long)bytes);
+            goto done;
+        }
+        if ((st = get(&r, s->rec, bytes, scratch, err)))
+            goto done;
+        if (!s->rec)
+            s->keep = 0;
+    }
     uint64_t computed = r.crc;
     uint8_t sum[8];
     if ((st = get(&r, sum, 8, scratch, err)))
@@ -520,6 +557,16 @@ static fx_status check_identity(const struct state *s, const struct fx_model *m,
                             "%016llx, this model's %016llx)",
                             (unsigned long long)h->fingerprint,
                             (unsigned long long)want.fingerprint);
+    if (h->rec_floats != want.rec_floats && h->rec_floats == 0)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, OFF_VERSION,
+                            "state file (version %u) has no recurrent state, which a %s sequence "
+                            "needs",
+                            h->version, want.arch);
+    if (h->rec_floats != want.rec_floats)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, OFF_REC,
+                            "state file is for another model (a recurrent state of %u floats, "
+                            "this model's has %u)",
+                            h->rec_floats, want.rec_floats);
     if (h->type_k != want.type_k || h->type_v != want.type_v)
         return fx_error_set(err, FX_ERR_INVALID_ARG, OFF_TYPE_K,
                             "state file holds K/V rows of types %s/%s, %s cache holds %s/%s",
@@ -535,9 +582,17 @@ static fx_status check_identity(const struct state *s, const struct fx_model *m,
     return FX_OK;
 }
 
-/* Copies the kept rows of s into positions 0..s->keep-1 of p. */
+/* Copies the kept rows of s into positions 0..s->keep-1 of p, and its recurrent state (kept only
+ * with every position) into p's. */
 static void apply(const struct state *s, const struct place *p) {
     int32_t keep = s->keep;
+    if (s->rec && keep > 0) {
+        const struct fx_rstate *rs = p->rs;
+        uint64_t conv = (uint64_t)rs->n_layer * (uint64_t)rs->conv_floats;
+        FX_ASSERT(conv + (uint64_t)rs->n_layer * (uint64_t)rs->ssm_floats == s->h.rec_floats);
+        memcpy(rs->conv, s->rec, (size_t)conv * sizeof(float));
+        memcpy(rs->ssm, s->rec + conv, (size_t)(s->h.rec_floats - conv) * sizeof(float));
+    }
     for (int il = 0; il < p->n_layer; il++)
         for (int g = 0; g < p->n_head_kv; g++) {
             uint64_t hd = (uint64_t)il * (uint64_t)p->n_head_kv + (uint64_t)g;
@@ -563,24 +618,29 @@ static bool tokens_ok(const fx_token *tokens, int32_t n, int32_t n_vocab, int32_
 
 /* ---- the public functions ------------------------------------------------------------------- */
 
-fx_status fx_kv_contig_save(const struct fx_kv_contig *kv, const struct fx_model *m,
-                            const fx_token *tokens, int32_t n, const char *path,
-                            struct fx_error *err) {
+fx_status fx_kv_contig_save(const struct fx_kv_contig *kv, const struct fx_rstate *rs,
+                            const struct fx_model *m, const fx_token *tokens, int32_t n,
+                            const char *path, struct fx_error *err) {
     if (!path || n < 0 || n > kv->n_filled || (n > 0 && !tokens))
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot save %d positions of a cache holding %d", n, kv->n_filled);
+    if (rs->n_layer > 0 && n != kv->n_filled)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "cannot save %d positions of a %s sequence of %d: its recurrent state "
+                            "is that of all of them",
+                            n, m->arch, kv->n_filled);
     int32_t bad;
     if (!tokens_ok(tokens, n, m->hp.n_vocab, &bad))
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "token %d at index %d is outside the vocabulary of %d", tokens[bad],
                             bad, m->hp.n_vocab);
-    struct place p = place_contig((struct fx_kv_contig *)kv); /* only read */
+    struct place p = place_contig((struct fx_kv_contig *)kv, (struct fx_rstate *)rs); /* read */
     return save(&p, m, tokens, n, path, err);
 }
 
-fx_status fx_kv_contig_load(struct fx_kv_contig *kv, const struct fx_model *m, const char *path,
-                            const fx_token *prompt, int32_t n_prompt, int32_t *n_loaded,
-                            struct fx_error *err) {
+fx_status fx_kv_contig_load(struct fx_kv_contig *kv, struct fx_rstate *rs,
+                            const struct fx_model *m, const char *path, const fx_token *prompt,
+                            int32_t n_prompt, int32_t *n_loaded, struct fx_error *err) {
     if (!path || !n_loaded || n_prompt < 0 || (n_prompt > 0 && !prompt))
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "bad arguments to fx_context_state_load");
@@ -594,7 +654,7 @@ fx_status fx_kv_contig_load(struct fx_kv_contig *kv, const struct fx_model *m, c
                           "state file holds %u positions, more than the context of %d", s.h.n,
                           kv->n_ctx);
     if (!st) {
-        struct place p = place_contig(kv);
+        struct place p = place_contig(kv, rs);
         apply(&s, &p);
         kv->n_filled = s.keep;
         *n_loaded = s.keep;
@@ -607,12 +667,13 @@ fx_status fx_kv_contig_load(struct fx_kv_contig *kv, const struct fx_model *m, c
 static fx_status pool_matches(const struct fx_kv_pool *pool, const struct fx_model *m,
                               struct fx_error *err) {
     const struct fx_hparams *hp = &m->hp;
-    if (pool->n_layer != hp->n_layer || pool->n_head_kv != hp->n_head_kv ||
-        pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v)
+    if (pool->n_layer != hp->n_layer_kv || pool->n_head_kv != hp->n_head_kv ||
+        pool->head_dim != hp->head_dim || pool->head_dim_v != hp->head_dim_v ||
+        (pool->recurrent && pool->model != m))
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "the pool (%d layers of %d KV heads) was not made for this model (%d "
                             "layers of %d)",
-                            pool->n_layer, pool->n_head_kv, hp->n_layer, hp->n_head_kv);
+                            pool->n_layer, pool->n_head_kv, hp->n_layer_kv, hp->n_head_kv);
     return FX_OK;
 }
 

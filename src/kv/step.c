@@ -56,6 +56,19 @@ static struct kv_place place(const struct fx_kv_step *s, int il, int64_t i, int 
     return (struct kv_place){0};
 }
 
+struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i) {
+    switch (s->kind) {
+    case FX_KV_CONTIG:
+        return s->u.contig.rs;
+    case FX_KV_PAGED:
+        return &s->u.paged.pool->seqs[s->u.paged.seq].rs;
+    case FX_KV_MULTI:
+        return &s->u.multi.pool->seqs[s->u.multi.seq[i]].rs;
+    }
+    FX_ASSERT(!"unknown KV step kind");
+    return NULL;
+}
+
 static int64_t head_dim(const struct fx_kv_step *s, bool is_v) {
     switch (s->kind) {
     case FX_KV_CONTIG:

@@ -2,7 +2,8 @@
  * context. Its cache is kept in step with the sequence lazily: before each proposal it is cut back
  * to the longest common prefix of the tokens it holds and the sequence (fx_context_kv_truncate),
  * and the rest of the sequence is evaluated in one batch, so after a verify step only the tokens
- * that differ from what it drafted (usually one or two) are computed again. */
+ * that differ from what it drafted (usually one or two) are computed again. A draft model with a
+ * recurrent state (qwen35) cannot be cut back: it is evaluated again from the start instead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,9 @@ static fx_status draft_propose(struct fx_drafter *d, const fx_token *seq, int32_
             keep++;
     if (keep == n) /* the last token is evaluated again for its logits */
         keep--;
+    /* A draft model with a recurrent state is kept whole or evaluated again from the start. */
+    if (keep != held && fx_model_has_recurrent_state(dm->model))
+        keep = 0;
     dm->origin = origin;
     fx_status st = fx_context_kv_truncate(dm->ctx, keep, err);
     if (st == FX_OK)

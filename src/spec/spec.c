@@ -69,13 +69,6 @@ fx_status fx_spec_create(struct fx_context *ctx, struct fx_drafter *d,
     if (!ctx || !d)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "speculation: a context and a drafter are needed");
-    /* Rejected drafts are rolled back by truncating the cache, which a recurrent state cannot
-     * follow (it would need snapshots per verified row). */
-    if (fx_model_has_recurrent_state(fx_context_model(ctx)))
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "speculation: %s sequences have a recurrent state, which cannot be "
-                            "rolled back yet",
-                            fx_model_arch(fx_context_model(ctx)));
     struct fx_spec *s = calloc(1, sizeof *s);
     int32_t n_vocab = fx_model_n_vocab(fx_context_model(ctx));
     if (s) {
@@ -256,6 +249,10 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
         k = n_ctx - n_seq;
     if (n_max > 0 && k > n_max - 1)
         k = n_max - 1;
+    /* A recurrent state is rolled back to a snapshot of the verify step, of which it keeps
+     * FX_ROLLBACK_MAX. */
+    if (k > FX_ROLLBACK_MAX && fx_model_has_recurrent_state(fx_context_model(s->ctx)))
+        k = FX_ROLLBACK_MAX;
     s->rows[0] = seq[n_seq - 1];
     int32_t n_draft = 0;
     double t0 = now();
@@ -281,7 +278,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
         return emit(user, t, &stop, err);
     }
 
-    if ((st = fx_forward_batch(s->ctx, s->rows, n_draft + 1, pos, s->logits, err)))
+    if ((st = fx_forward_verify(s->ctx, s->rows, n_draft + 1, pos, s->logits, err)))
         return st;
     double dt = now() - t0;
     int32_t out = 0, kept = 0;
