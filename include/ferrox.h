@@ -469,8 +469,8 @@ fx_status fx_forward_batch(struct fx_context *ctx, const fx_token *tokens, int32
 /* A verify step (speculative decoding): fx_forward_batch that, for a model with a recurrent
  * state, also keeps the state after each row but the last (n - 1 <= FX_ROLLBACK_MAX), so that
  * fx_context_kv_truncate may then cut the sequence to any length pos0 + 1 .. pos0 + n, until
- * the next forward call or a truncation that cuts. The same bits as fx_forward_batch otherwise; a plain
- * call keeps no snapshot. */
+ * the next forward call or a truncation that cuts. The same bits as fx_forward_batch otherwise; a
+ * plain call keeps no snapshot. */
 fx_status fx_forward_verify(struct fx_context *ctx, const fx_token *tokens, int32_t n, int32_t pos0,
                             float *logits, struct fx_error *err);
 /* The same, plus the final normed hidden state of every row; hidden: [n][n_embd]. */

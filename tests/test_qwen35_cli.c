@@ -50,8 +50,9 @@ FX_TEST(qwen35_cli_run_greedy) {
     const char *kinds[][4] = {{"--spec", "none", NULL, NULL},
                               {"--spec", "ngram", "--spec-fixed", "--draft-max=8"}};
     for (int i = 0; i < 2; i++) {
-        const char *a[16] = {"run", "-m", model, "-p", "Once upon a time, there was a little",
-                             "-n",  "14", "--temp", "0", "-t", "2"};
+        const char *a[16] = {"run", "-m", model,    "-p", "Once upon a time, there was a little",
+                             "-n",  "14", "--temp", "0",  "-t",
+                             "2"};
         for (int j = 0; j < 4 && kinds[i][j]; j++)
             a[11 + j] = kinds[i][j];
         rc = fx_test_run_cli(a, NULL, &out, &err);

@@ -106,9 +106,8 @@ struct oracle {
     int32_t n_text, calls;
 };
 
-static fx_status oracle_propose(struct fx_drafter *d, const fx_token *seq, int32_t n_seq,
-                                int32_t k, fx_token *draft, int32_t *n_draft,
-                                struct fx_error *err) {
+static fx_status oracle_propose(struct fx_drafter *d, const fx_token *seq, int32_t n_seq, int32_t k,
+                                fx_token *draft, int32_t *n_draft, struct fx_error *err) {
     (void)seq;
     (void)err;
     struct oracle *o = (struct oracle *)d;

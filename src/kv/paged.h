@@ -21,11 +21,11 @@
 
 struct fx_kv_seq {
     bool live;
-    int32_t len;       /* positions written (and tokens known) */
-    int32_t n_table;   /* blocks in the table: those covering 0..len-1, then any reserved */
-    int32_t cap_table; /* table and tokens are allocated for cap_table blocks */
-    int32_t *table;    /* [cap_table] block ids */
-    fx_token *tokens;  /* [cap_table * block_size] the token id of each position */
+    int32_t len;         /* positions written (and tokens known) */
+    int32_t n_table;     /* blocks in the table: those covering 0..len-1, then any reserved */
+    int32_t cap_table;   /* table and tokens are allocated for cap_table blocks */
+    int32_t *table;      /* [cap_table] block ids */
+    fx_token *tokens;    /* [cap_table * block_size] the token id of each position */
     struct fx_rstate rs; /* hybrid models: the state after position len - 1 (kv/recurrent.h),
                           * allocated while the sequence lives; n_layer 0 otherwise */
 };

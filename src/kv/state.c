@@ -204,9 +204,10 @@ static struct header model_header(const struct fx_model *m, const struct place *
     const struct fx_hparams *hp = &m->hp;
     uint64_t r = rec_floats(m);
     struct header h = {.version = r ? 2u : 1u,
-                       .dims = {(uint32_t)hp->n_layer_kv, (uint32_t)hp->n_embd, (uint32_t)hp->n_head,
-                                (uint32_t)hp->n_head_kv, (uint32_t)hp->head_dim,
-                                (uint32_t)hp->head_dim_v, (uint32_t)hp->n_vocab},
+                       .dims = {(uint32_t)hp->n_layer_kv, (uint32_t)hp->n_embd,
+                                (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv,
+                                (uint32_t)hp->head_dim, (uint32_t)hp->head_dim_v,
+                                (uint32_t)hp->n_vocab},
                        .fingerprint = fx_model_fingerprint(m),
                        .type_k = (uint32_t)p->type_k,
                        .type_v = (uint32_t)p->type_v,
@@ -638,9 +639,9 @@ fx_status fx_kv_contig_save(const struct fx_kv_contig *kv, const struct fx_rstat
     return save(&p, m, tokens, n, path, err);
 }
 
-fx_status fx_kv_contig_load(struct fx_kv_contig *kv, struct fx_rstate *rs,
-                            const struct fx_model *m, const char *path, const fx_token *prompt,
-                            int32_t n_prompt, int32_t *n_loaded, struct fx_error *err) {
+fx_status fx_kv_contig_load(struct fx_kv_contig *kv, struct fx_rstate *rs, const struct fx_model *m,
+                            const char *path, const fx_token *prompt, int32_t n_prompt,
+                            int32_t *n_loaded, struct fx_error *err) {
     if (!path || !n_loaded || n_prompt < 0 || (n_prompt > 0 && !prompt))
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "bad arguments to fx_context_state_load");

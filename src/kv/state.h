@@ -40,7 +40,7 @@
 #include "ferrox.h"
 
 #define FX_KV_STATE_MAGIC   "FXKVSTAT"
-#define FX_KV_STATE_VERSION 2u /* the newest this build writes and reads */
+#define FX_KV_STATE_VERSION 2u  /* the newest this build writes and reads */
 #define FX_KV_STATE_HEADER  96u /* bytes before the token ids */
 
 /* CRC-64/XZ (ECMA-182 polynomial, reflected, initial value and final xor all ones): crc is the
@@ -57,8 +57,8 @@ struct fx_rstate;
 fx_status fx_kv_contig_save(const struct fx_kv_contig *kv, const struct fx_rstate *rs,
                             const struct fx_model *m, const fx_token *tokens, int32_t n,
                             const char *path, struct fx_error *err);
-fx_status fx_kv_contig_load(struct fx_kv_contig *kv, struct fx_rstate *rs,
-                            const struct fx_model *m, const char *path, const fx_token *prompt,
-                            int32_t n_prompt, int32_t *n_loaded, struct fx_error *err);
+fx_status fx_kv_contig_load(struct fx_kv_contig *kv, struct fx_rstate *rs, const struct fx_model *m,
+                            const char *path, const fx_token *prompt, int32_t n_prompt,
+                            int32_t *n_loaded, struct fx_error *err);
 
 #endif
