@@ -1,6 +1,7 @@
 #include "golden.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,4 +67,22 @@ void fx_test_golden_free(struct fx_golden *g) {
     free(g->logits);
     free(g->logits_kvf32);
     g->logits = g->logits_kvf32 = NULL;
+}
+
+int fx_test_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+double fx_test_max_diff(const float *a, const float *b, size_t n) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= worst))
+            worst = isnan(d) ? INFINITY : d;
+    }
+    return worst;
 }

@@ -27,4 +27,9 @@ struct fx_golden {
 void fx_test_golden_load(const char *stem, struct fx_golden *g);
 void fx_test_golden_free(struct fx_golden *g);
 
+/* The first index of the largest of x[0..n). */
+int fx_test_argmax(const float *x, int n);
+/* The largest |a[i] - b[i]| over n values; infinity when either holds a NaN. */
+double fx_test_max_diff(const float *a, const float *b, size_t n);
+
 #endif

@@ -46,14 +46,6 @@ static const struct tol TOL_BF16 = {0.2f, 0.0f, 0.0f, false, false};
 static const struct tol TOL_QUANT = {1.0f, 0.15f, 0.0f, false, false};
 static const struct tol TOL_QUANT_MOE = {1.0f, 0.2f, 0.0f, true, false};
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 static void compare_logits(const char *what, const float *got, const float *want, int n_rows,
                            int n_vocab, float max_tol, float rms_tol, bool moe) {
     double sq = 0.0, worst = 0.0;
@@ -123,7 +115,7 @@ static void load_iq4_golden(const char *stem, struct fx_golden *g) {
         fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, g->n_prompt, g->n_vocab);
     for (int p = 0; p < g->n_prompt; p++) {
         const float *row = g->logits + (size_t)p * (size_t)g->n_vocab;
-        int best = argmax(row, g->n_vocab);
+        int best = fx_test_argmax(row, g->n_vocab);
         float second = -INFINITY;
         for (int v = 0; v < g->n_vocab; v++)
             if (v != best && row[v] > second)
@@ -180,7 +172,7 @@ static void check_golden_with(void (*load)(const char *, struct fx_golden *), co
     }
     for (int p = 0; p < np; p++)
         if (g.prompt_margin[p] > 2.0f * tol.max)
-            assert_int_equal(argmax(batch + p * nv, nv), g.prompt_argmax[p]);
+            assert_int_equal(fx_test_argmax(batch + p * nv, nv), g.prompt_argmax[p]);
 
     /* One token at a time: the same rows, bit for bit (each row is computed by the same code in
      * the same order whether it arrives alone or in a batch). */
@@ -214,7 +206,7 @@ static void check_golden_with(void (*load)(const char *, struct fx_golden *), co
     assert_memory_equal(seq, row, sizeof(float) * (size_t)nv);
     int compared = 0;
     for (int k = 0; k < g.n_gen; k++) {
-        fx_token t = argmax(row, nv);
+        fx_token t = fx_test_argmax(row, nv);
         if (g.greedy_margin[k] <= g.self_noise)
             break; /* llama.cpp itself may go either way from here on */
         if (t != g.greedy[k])
@@ -309,9 +301,9 @@ static void check_forced_greedy(const char *stem) {
     int compared = 0;
     for (int k = 0; k < g.n_gen; k++) {
         if (g.greedy_margin[k] > g.self_noise) {
-            if (argmax(row, g.n_vocab) != g.greedy[k])
+            if (fx_test_argmax(row, g.n_vocab) != g.greedy[k])
                 fail_msg("%s: step %d gives %d, golden %d (margin %g)", stem, k,
-                         argmax(row, g.n_vocab), g.greedy[k], g.greedy_margin[k]);
+                         fx_test_argmax(row, g.n_vocab), g.greedy[k], g.greedy_margin[k]);
             compared++;
         }
         assert_int_equal(fx_forward_token(ctx, g.greedy[k], g.n_prompt + k, row, &err), FX_OK);

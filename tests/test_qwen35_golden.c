@@ -12,6 +12,7 @@
  * that flipped would move logits by 0.1, README). Every greedy step is compared: the F32 margins
  * are >= 0.0766 and the Q8_0 ones >= 0.0297, hundreds of times these bounds. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -77,24 +78,6 @@ static void load_golden(const char *stem, struct q35_golden *g) {
     json_decref(root);
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= worst))
-            worst = isnan(d) ? INFINITY : d;
-    }
-    return worst;
-}
-
 static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
     struct fx_context_params cp = fx_context_default_params();
     cp.n_ctx = 256;
@@ -126,13 +109,14 @@ static void check_golden(const char *stem, float tol) {
 
     /* The prompt as one batch, every position against the golden. */
     assert_int_equal(fx_forward_batch(ctx, g.prompt, np, 0, batch, &err), FX_OK);
-    double d = max_diff(batch, g.logits, all);
+    double d = fx_test_max_diff(batch, g.logits, all);
     print_message("  %s (%s kernels): prompt logits max |diff| %.3g\n", stem, fx_kernels()->name,
                   d);
     if (!(d <= tol))
         fail_msg("%s: prompt logits differ from llama.cpp's by %g (> %g)", stem, d, tol);
     for (int p = 0; p < np; p++)
-        assert_int_equal(argmax(batch + (size_t)p * nv, nv), argmax(g.logits + (size_t)p * nv, nv));
+        assert_int_equal(fx_test_argmax(batch + (size_t)p * nv, nv),
+                         fx_test_argmax(g.logits + (size_t)p * nv, nv));
 
     /* Restarting at 0 (the recurrent state too), one token at a time: the same bits. */
     assert_int_equal(fx_context_kv_truncate(ctx, 0, &err), FX_OK);
@@ -165,7 +149,7 @@ static void check_golden(const char *stem, float tol) {
     assert_memory_equal(row, batch + (size_t)(np - 1) * nv, sizeof(float) * (size_t)nv);
     double worst_top = 0.0;
     for (int k = 0; k < g.n_gen; k++) {
-        fx_token t = argmax(row, nv);
+        fx_token t = fx_test_argmax(row, nv);
         if (t != g.greedy[k])
             fail_msg("%s: greedy step %d gives %d, golden %d", stem, k, t, g.greedy[k]);
         for (int j = 0; j < TOP; j++) {

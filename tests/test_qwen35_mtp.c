@@ -9,6 +9,7 @@
  * and sequential MTP passes differ by 3.1e-6; the trunk's 1e-4 bound holds here too. Every
  * argmax is compared: the smallest margin on P1 is 0.17. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -71,24 +72,6 @@ static void load_golden(const char *stem, struct mtp_golden *g) {
     json_decref(root);
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double worst = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= worst))
-            worst = isnan(d) ? INFINITY : d;
-    }
-    return worst;
-}
-
 static void check_mtp(const char *stem) {
     struct mtp_golden g;
     load_golden(stem, &g);
@@ -110,8 +93,8 @@ static void check_mtp(const char *stem) {
 
     /* The trunk's hidden rows and its greedy next token. */
     assert_int_equal(fx_forward_batch_with_hidden(ctx, g.prompt, n, 0, trunk, h, &err), FX_OK);
-    double dh = max_diff(h, g.h, (size_t)n * ne);
-    assert_int_equal(argmax(trunk + (size_t)(n - 1) * nv, nv), g.next);
+    double dh = fx_test_max_diff(h, g.h, (size_t)n * ne);
+    assert_int_equal(fx_test_argmax(trunk + (size_t)(n - 1) * nv, nv), g.next);
 
     /* MTP position q reads (token q, trunk hidden q - 1), zeros at 0; the catch-up over the
      * prompt in one call, then the draft position after it. */
@@ -124,13 +107,13 @@ static void check_mtp(const char *stem) {
                                     logits + (size_t)n * nv, hm + (size_t)n * ne, &err),
                      FX_OK);
     assert_int_equal(fx_context_mtp_len(ctx), n + 1);
-    double dl = max_diff(logits, g.logits, (size_t)(n + 1) * nv);
+    double dl = fx_test_max_diff(logits, g.logits, (size_t)(n + 1) * nv);
     print_message("  %s (%s kernels): h_nextn max |diff| %.3g, MTP logits max |diff| %.3g\n", stem,
                   fx_kernels_name(), dh, dl);
     if (!(dh <= TOL) || !(dl <= TOL))
         fail_msg("%s: differs from llama.cpp's by %g (h_nextn), %g (MTP logits)", stem, dh, dl);
     for (int q = 0; q <= n; q++)
-        assert_int_equal(argmax(logits + (size_t)q * nv, nv), g.argmax[q]);
+        assert_int_equal(fx_test_argmax(logits + (size_t)q * nv, nv), g.argmax[q]);
 
     /* One position at a time from 0 again: the same bits. */
     for (int q = 0; q <= n; q++)
@@ -141,7 +124,7 @@ static void check_mtp(const char *stem) {
 
     /* The draft chain: each draft fed the previous one and the head's own hidden output. */
     float *prev = hm + (size_t)n * ne, *next_h = hin; /* hin is free from here on */
-    fx_token d = (fx_token)argmax(logits + (size_t)n * nv, nv);
+    fx_token d = (fx_token)fx_test_argmax(logits + (size_t)n * nv, nv);
     for (int i = 0; i < g.n_chain; i++) {
         if (d != g.chain[i])
             fail_msg("%s: draft %d is %d, golden %d", stem, i, d, g.chain[i]);
@@ -149,7 +132,7 @@ static void check_mtp(const char *stem) {
             break;
         assert_int_equal(fx_forward_mtp(ctx, &d, prev, 1, n + 1 + i, seq, next_h, &err), FX_OK);
         memcpy(prev, next_h, sizeof(float) * (size_t)ne);
-        d = (fx_token)argmax(seq, nv);
+        d = (fx_token)fx_test_argmax(seq, nv);
     }
 
     free(trunk);
