@@ -457,7 +457,8 @@ fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_er
 
 /* The most rows a verify step of a hybrid model can roll back: fx_forward_verify keeps one
  * snapshot of the recurrent state per row but the last, so a context holds at most this many
- * snapshots (FX_ROLLBACK_MAX times the recurrent state, allocated by the first verify step). */
+ * snapshots (FX_ROLLBACK_MAX times the recurrent state, allocated by the first verify step); so
+ * does each sequence of a pool (fx_batch.snapshot). */
 #define FX_ROLLBACK_MAX 16
 
 /* One token at position pos; logits: [n_vocab]. */
@@ -575,7 +576,8 @@ fx_status fx_kv_seq_create_cached(struct fx_kv_pool *pool, const fx_token *token
 fx_status fx_kv_seq_fork(struct fx_kv_pool *pool, fx_seq_id src, fx_seq_id *out,
                          struct fx_error *err);
 /* Keeps the first n positions of seq (rollback of rejected rows); blocks past them are
- * released. */
+ * released. A sequence with a recurrent state is kept whole or cleared, or cut back to a row
+ * whose state its last step kept (fx_batch.snapshot). */
 fx_status fx_kv_seq_truncate(struct fx_kv_pool *pool, fx_seq_id seq, int32_t n,
                              struct fx_error *err);
 /* Releases seq's blocks (its full blocks stay in the prefix cache); a no-op for an id that is
@@ -627,6 +629,14 @@ struct fx_batch {
     const int32_t *pos;    /* [n] */
     const fx_seq_id *seq;  /* [n] */
     const int8_t *logits;  /* [n] or NULL */
+    /* [n] or NULL (none kept). Rollback for a model with a recurrent state (the rows of a verify
+     * step but the last): where snapshot[i] is nonzero, the state of seq[i] after row i is kept,
+     * so that fx_kv_seq_truncate may then cut the sequence back to pos[i] + 1 positions, until
+     * its next step or a truncation that cuts. A sequence keeps at most FX_ROLLBACK_MAX states
+     * (each allocated by the first step that needs it, released with the sequence): its marked
+     * rows but its last of the step are among its first FX_ROLLBACK_MAX rows of the step. The
+     * same bits either way; other models ignore it (their truncation needs nothing kept). */
+    const int8_t *snapshot;
 };
 fx_status fx_forward_multi_seq(struct fx_context *ctx, struct fx_kv_pool *pool,
                                const struct fx_batch *batch, float *out, struct fx_error *err);

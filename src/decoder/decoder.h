@@ -148,12 +148,15 @@ struct fx_fwd {
      * the residual stream in ctx->s.x, and a device runs the rest (cuda/decode.h). */
     int32_t cpu_layers;
     /* [n - 1] where the recurrent state after each row but the last is copied (a verify step of
-     * a hybrid model), or NULL: no snapshots. */
+     * a hybrid model over the contiguous cache), or NULL: no snapshots. A multi-sequence step's
+     * are its sequences' (fx_kv_step_snap). */
     struct fx_rstate *snap;
 };
 
 /* Where the recurrent state after row i of call f is to be copied, or NULL. */
 static inline struct fx_rstate *fx_fwd_snap(const struct fx_fwd *f, int64_t i) {
+    if (f->kv.kind == FX_KV_MULTI)
+        return fx_kv_step_snap(&f->kv, i);
     return f->snap && i < f->n - 1 ? &f->snap[i] : NULL;
 }
 

@@ -177,6 +177,7 @@ fx_status fx_fwd_prepare_paged(struct fx_context *ctx, struct fx_kv_pool *pool, 
     st = fx_kv_pool_reserve_step(pool, 1, &seq, &n_rows, NULL, err);
     if (st)
         return st;
+    pool->seqs[seq].snap_mask = 0; /* this step keeps no state; older ones are not kept either */
     *out = (struct fx_fwd){
         .ctx = ctx,
         .tokens = tokens,
@@ -228,6 +229,26 @@ fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
         }
         rows[s]++;
     }
+    /* The rows whose recurrent state is kept (fx_batch.snapshot): the snapshots each sequence
+     * needs, allocated now, and their bits in step_snap until the step is sure to run. */
+    bool snap = false;
+    for (int32_t i = 0; b->snapshot && pool->recurrent && i < b->n; i++) {
+        fx_seq_id s = b->seq[i];
+        int32_t j = b->pos[i] - pool->seqs[s].len;
+        if (!b->snapshot[i] || j == rows[s] - 1)
+            continue; /* the sequence's last row: its state is the sequence's */
+        if (j >= FX_ROLLBACK_MAX) {
+            st = fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                              "row %d: the state after row %d of sequence %d in the step: a %s "
+                              "sequence keeps at most %d",
+                              i, j, s, ctx->model->arch, FX_ROLLBACK_MAX);
+            goto done;
+        }
+        if ((st = fx_kv_seq_alloc_snaps(pool, s, j + 1, err)))
+            goto done;
+        pool->step_snap[s] |= 1u << j;
+        snap = true;
+    }
     /* The distinct sequences and their row counts, in order of first appearance. */
     int k = 0;
     for (int32_t i = 0; i < b->n; i++) {
@@ -239,13 +260,23 @@ fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
         }
     }
     st = fx_kv_pool_reserve_step(pool, k, pool->step_seq, pool->step_n, NULL, err);
+    /* Each sequence of the step keeps the states asked for now, and no older ones. */
+    for (int j = 0; j < k; j++) {
+        struct fx_kv_seq *sq = &pool->seqs[pool->step_seq[j]];
+        if (!st) {
+            sq->snap_mask = pool->step_snap[pool->step_seq[j]];
+            sq->snap_pos0 = sq->len;
+        }
+        pool->step_snap[pool->step_seq[j]] = 0;
+    }
     if (st)
         return st;
     *out = (struct fx_fwd){
         .ctx = ctx,
         .tokens = b->token,
         .n = b->n,
-        .kv = {.kind = FX_KV_MULTI, .u.multi = {.pool = pool, .seq = b->seq, .pos = b->pos}},
+        .kv = {.kind = FX_KV_MULTI,
+               .u.multi = {.pool = pool, .seq = b->seq, .pos = b->pos, .snap = snap}},
         .logits_rows = FX_LOGITS_MARKED,
         .marked = b->logits,
         .logits = logits,
@@ -254,7 +285,7 @@ fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
 done:
     for (int32_t i = 0; i < b->n; i++)
         if (fx_kv_pool_seq_live(pool, b->seq[i]))
-            rows[b->seq[i]] = 0;
+            rows[b->seq[i]] = pool->step_snap[b->seq[i]] = 0;
     return st;
 }
 

@@ -41,6 +41,15 @@ static void *alloc_array(uint64_t count, size_t size) {
     return calloc((size_t)(count ? count : 1), size);
 }
 
+/* Releases s's recurrent state and its snapshots. */
+static void release_state(struct fx_kv_seq *s) {
+    fx_rstate_release(&s->rs);
+    for (int32_t j = 0; j < s->snap_alloc; j++)
+        fx_rstate_release(&s->snap[j]);
+    s->snap_alloc = 0;
+    s->snap_mask = 0;
+}
+
 fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_params *params,
                             struct fx_kv_pool **out, struct fx_error *err) {
     if (!out)
@@ -128,6 +137,7 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
     p->step_rows = alloc_array(ns, sizeof *p->step_rows);
     p->step_seq = alloc_array(ns, sizeof *p->step_seq);
     p->step_n = alloc_array(ns, sizeof *p->step_n);
+    p->step_snap = alloc_array(ns, sizeof *p->step_snap);
     p->step_cow = alloc_array(nb, sizeof *p->step_cow);
     /* Zeroed here, not lazily, as the contiguous cache is (kv/contig.c): every page is touched
      * at creation, so no step pays for page faults. */
@@ -135,8 +145,8 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
     p->v = malloc((size_t)v_bytes);
     if (!p->refs || !p->free_list || !p->seqs || !p->cached || !p->key || !p->parent ||
         !p->block_tok || !p->hnext || !p->bucket || !p->lru_prev || !p->lru_next || !p->gen ||
-        !p->parent_gen || !p->step_rows || !p->step_seq || !p->step_n || !p->step_cow || !p->k ||
-        !p->v) {
+        !p->parent_gen || !p->step_rows || !p->step_seq || !p->step_n || !p->step_snap ||
+        !p->step_cow || !p->k || !p->v) {
         fx_kv_pool_free(p);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
                             "out of memory for a KV pool of %llu bytes",
@@ -163,7 +173,7 @@ void fx_kv_pool_free(struct fx_kv_pool *p) {
         for (int32_t i = 0; i < p->n_seq_max; i++) {
             free(p->seqs[i].table);
             free(p->seqs[i].tokens);
-            fx_rstate_release(&p->seqs[i].rs);
+            release_state(&p->seqs[i]);
         }
     free(p->k);
     free(p->v);
@@ -183,6 +193,7 @@ void fx_kv_pool_free(struct fx_kv_pool *p) {
     free(p->step_rows);
     free(p->step_seq);
     free(p->step_n);
+    free(p->step_snap);
     free(p->step_cow);
     free(p);
 }
@@ -422,12 +433,32 @@ fx_status fx_kv_seq_truncate(struct fx_kv_pool *p, fx_seq_id seq, int32_t n, str
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "cannot truncate sequence %d to %d positions: it holds %d", seq, n,
                             s->len);
-    if (p->recurrent && n != 0 && n != s->len)
+    /* Into the rows of its last step: the state that step kept after position n - 1. */
+    bool cut = n != s->len;
+    struct fx_rstate *snap = cut && n > 0 ? fx_kv_seq_snap(s, n - 1) : NULL;
+    if (p->recurrent && cut && n != 0 && !snap)
         return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
                             "cannot truncate sequence %d of %d positions to %d: the recurrent "
-                            "state of %s can only be kept whole or cleared",
+                            "state of %s can only be kept whole or cleared (or cut back to a row "
+                            "whose state its last step kept)",
                             seq, s->len, n, p->model->arch);
+    if (snap)
+        fx_rstate_copy(&s->rs, snap);
+    if (cut)
+        s->snap_mask = 0; /* they describe rows that are gone, or the state just restored */
     truncate_seq(p, s, n);
+    return FX_OK;
+}
+
+fx_status fx_kv_seq_alloc_snaps(struct fx_kv_pool *p, fx_seq_id seq, int32_t n,
+                                struct fx_error *err) {
+    FX_ASSERT(fx_kv_pool_seq_live(p, seq) && n <= FX_ROLLBACK_MAX);
+    struct fx_kv_seq *s = &p->seqs[seq];
+    for (; s->snap_alloc < n; s->snap_alloc++) {
+        fx_status st = fx_rstate_init_for(&s->snap[s->snap_alloc], p->model, err);
+        if (st)
+            return st;
+    }
     return FX_OK;
 }
 
@@ -436,7 +467,7 @@ void fx_kv_seq_free(struct fx_kv_pool *p, fx_seq_id seq) {
         return;
     struct fx_kv_seq *s = &p->seqs[seq];
     truncate_seq(p, s, 0);
-    fx_rstate_release(&s->rs);
+    release_state(s);
     s->live = false;
     p->n_seq--;
 }

@@ -6,8 +6,9 @@
  * table serves every layer and a copy-on-write is one memcpy per K and V.
  *
  * A hybrid model's sequence (qwen35) also owns a recurrent state (kv/recurrent.h), which a fork
- * copies and which cannot be truncated: such a sequence is kept whole or cleared, and it takes
- * no blocks from the prefix cache (the state at a block's end is not kept).
+ * copies and which cannot be truncated: such a sequence is kept whole or cleared, or cut back to
+ * a row of its last step whose state that step kept (fx_batch.snapshot: speculation's rejected
+ * drafts), and it takes no blocks from the prefix cache (the state at a block's end is not kept).
  *
  * Not thread-safe: a pool belongs to one thread at a time (the one that steps it). */
 #ifndef FX_KV_PAGED_H
@@ -28,7 +29,23 @@ struct fx_kv_seq {
     fx_token *tokens;    /* [cap_table * block_size] the token id of each position */
     struct fx_rstate rs; /* hybrid models: the state after position len - 1 (kv/recurrent.h),
                           * allocated while the sequence lives; n_layer 0 otherwise */
+    /* Rollback (hybrid models): snap[j] is rs after position snap_pos0 + j for each bit j of
+     * snap_mask, kept by the sequence's last step for the rows it marked (fx_batch.snapshot)
+     * and valid until its next step or a truncation that cuts. The first snap_alloc are
+     * allocated, as first needed, and released with the sequence: at most FX_ROLLBACK_MAX
+     * states beside rs. */
+    struct fx_rstate snap[FX_ROLLBACK_MAX];
+    int32_t snap_alloc, snap_pos0;
+    uint32_t snap_mask;
 };
+
+_Static_assert(FX_ROLLBACK_MAX <= 32, "a sequence's snapshots are the bits of snap_mask");
+
+/* The kept state after position pos of s, or NULL. */
+static inline struct fx_rstate *fx_kv_seq_snap(struct fx_kv_seq *s, int32_t pos) {
+    int64_t j = (int64_t)pos - s->snap_pos0;
+    return j >= 0 && j < FX_ROLLBACK_MAX && (s->snap_mask >> j & 1u) ? &s->snap[j] : NULL;
+}
 
 struct fx_kv_pool {
     const struct fx_model *model; /* sizes each sequence's recurrent state */
@@ -70,6 +87,8 @@ struct fx_kv_pool {
     int32_t *step_rows;
     fx_seq_id *step_seq;
     int32_t *step_n;
+    uint32_t *step_snap; /* [n_seq_max] the step's snapshots per sequence id (snap_mask to be),
+                          * zero between steps */
     /* Scratch of fx_kv_pool_reserve_step, [n_blocks], zero between calls: how many of the
      * step's sequences must write into each shared block (to count its copies exactly). */
     int32_t *step_cow;
@@ -106,6 +125,11 @@ bool fx_kv_pool_seq_live(const struct fx_kv_pool *p, fx_seq_id id);
 fx_status fx_kv_pool_reserve_step(struct fx_kv_pool *p, int n, const fx_seq_id *seq,
                                   const int32_t *n_rows, enum fx_kv_admit *why,
                                   struct fx_error *err);
+
+/* Allocates seq's first n snapshots (n <= FX_ROLLBACK_MAX) where they are not yet; changes
+ * nothing the sequence computes. */
+fx_status fx_kv_seq_alloc_snaps(struct fx_kv_pool *p, fx_seq_id seq, int32_t n,
+                                struct fx_error *err);
 
 /* After a step has written position len of seq (in a block reserved above): records its token
  * and grows len by one; a block this fills joins the prefix cache. */

@@ -69,6 +69,12 @@ struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i) {
     return NULL;
 }
 
+struct fx_rstate *fx_kv_step_snap(const struct fx_kv_step *s, int64_t i) {
+    if (s->kind != FX_KV_MULTI || !s->u.multi.snap)
+        return NULL;
+    return fx_kv_seq_snap(&s->u.multi.pool->seqs[s->u.multi.seq[i]], s->u.multi.pos[i]);
+}
+
 static int64_t head_dim(const struct fx_kv_step *s, bool is_v) {
     switch (s->kind) {
     case FX_KV_CONTIG:
