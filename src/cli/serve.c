@@ -281,11 +281,7 @@ int fx_cli_serve(int argc, char **argv) {
     o.engine.n_threads = o.gen.n_threads;
     o.engine.type_k = o.gen.type_k;
     o.engine.type_v = o.gen.type_v;
-    /* Speculation is a default, not a requirement: a hybrid model's sequences cannot be rolled
-     * back yet, so they decode plainly unless --spec asked for it (the engine then says why
-     * not). */
-    o.engine.spec = o.gen.spec == FX_CLI_SPEC_NGRAM && o.gen.draft_max > 0 &&
-                    (o.gen.spec_given || !fx_model_has_recurrent_state(m.model));
+    o.engine.spec = o.gen.spec == FX_CLI_SPEC_NGRAM && o.gen.draft_max > 0;
     o.engine.spec_params.draft_max = o.gen.draft_max > 0 ? o.gen.draft_max : 1;
     o.engine.spec_params.draft_min = o.gen.draft_min;
     o.engine.spec_params.adaptive = !o.gen.spec_fixed;

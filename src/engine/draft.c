@@ -83,6 +83,10 @@ void fx_draft_propose(struct fx_engine *e, struct fx_slot *s, int32_t max_k) {
         k = r->max_tokens - r->choices[s->choice].n_gen - 1;
     if (k > max_k)
         k = max_k;
+    /* A hybrid model's sequence is cut back to a state its verify step kept, of which it keeps
+     * FX_ROLLBACK_MAX. */
+    if (k > FX_ROLLBACK_MAX && fx_model_has_recurrent_state(e->model))
+        k = FX_ROLLBACK_MAX;
     if (k <= 0 || k < s->ctl.p.draft_min)
         return;
     double t0 = now();

@@ -380,13 +380,6 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
                            struct fx_error *err) {
     *out = NULL;
     struct fx_engine_params p = params ? *params : fx_engine_default_params();
-    /* Speculation rolls rejected drafts back by truncating the sequence, which a recurrent
-     * state cannot follow. */
-    if (p.spec && fx_model_has_recurrent_state(m))
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "serving %s with speculation: a recurrent state cannot be rolled "
-                            "back yet (use --spec none)",
-                            fx_model_arch(m));
     if (p.n_parallel < 1 || p.n_parallel > 1024)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "--parallel %d: between 1 and 1024 sequences", p.n_parallel);
@@ -467,13 +460,14 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
     e->b_pos = malloc((size_t)p.n_batch * sizeof *e->b_pos);
     e->b_seq = malloc((size_t)p.n_batch * sizeof *e->b_seq);
     e->b_logits = malloc((size_t)p.n_batch * sizeof *e->b_logits);
+    e->b_snap = malloc((size_t)p.n_batch * sizeof *e->b_snap);
     /* Rows with logits: each slot's last row (decoding or the end of its prompt) and, with
      * speculation, the drafts (at most step_tokens); never more than the batch. */
     int64_t n_logit_rows = (int64_t)p.n_parallel + (p.spec ? p.step_tokens : 0);
     e->n_logit_rows = (int32_t)(n_logit_rows < p.n_batch ? n_logit_rows : p.n_batch);
     e->logits = malloc((size_t)e->n_logit_rows * (size_t)e->n_vocab * sizeof *e->logits);
     if (!e->eog || !e->slots || !e->order || !e->touched || !e->b_tok || !e->b_pos || !e->b_seq ||
-        !e->b_logits || !e->logits) {
+        !e->b_logits || !e->b_snap || !e->logits) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory for the engine");
         goto fail;
     }
@@ -517,6 +511,7 @@ void fx_engine_free(struct fx_engine *e) {
     free(e->b_pos);
     free(e->b_seq);
     free(e->b_logits);
+    free(e->b_snap);
     free(e->logits);
     free(e->hidden);
     fx_context_free(e->ectx);

@@ -23,7 +23,9 @@
  * Speculation (spec): a decoding sequence may put [its last token, k drafts from prompt lookup]
  * in the step instead of its one row, every row's logits asked for; its rows are accepted in
  * order by the rule of fx_spec_step (src/spec/spec.h: one body for both), and the rows after the
- * first rejected draft are rolled back (fx_kv_seq_truncate). k and the switch-off are the
+ * first rejected draft are rolled back (fx_kv_seq_truncate; a hybrid model's sequence restores
+ * the recurrent state that the step kept after each of its rows but the last, fx_batch.snapshot,
+ * so k is at most FX_ROLLBACK_MAX there). k and the switch-off are the
  * controller of fx_spec, per sequence, fed with the sequence's share of each step's measured
  * time (a fixed cost split between the step's sequences plus a cost per row, fitted over recent
  * steps), so that a draft row is weighed against what a row costs the whole batch.

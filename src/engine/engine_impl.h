@@ -43,11 +43,12 @@ struct fx_engine {
     size_t n_eog;
     struct fx_slot *slots; /* [n_parallel] */
     /* The step's batch, [n_batch] rows, and its logits, [n_logit_rows][n_vocab]: a row for each
-     * slot and, with speculation, step_tokens rows of drafts. */
+     * slot and, with speculation, step_tokens rows of drafts. b_snap marks the rows after which
+     * a hybrid model's sequence keeps its recurrent state, to roll rejected drafts back to. */
     fx_token *b_tok;
     int32_t *b_pos;
     fx_seq_id *b_seq;
-    int8_t *b_logits;
+    int8_t *b_logits, *b_snap;
     float *logits;
     int32_t n_logit_rows;
     /* The step cost model (speculation, draft.c): a step of R decoding rows and P prompt rows

@@ -600,6 +600,7 @@ restart:
             e->b_pos[n] = s->n_eval + k;
             e->b_seq[n] = s->seq;
             e->b_logits[n] = 1;
+            e->b_snap[n] = k < s->n_draft; /* where a rejected draft may cut it back to */
             n++;
         }
     }
@@ -615,6 +616,7 @@ restart:
             e->b_pos[n] = s->n_eval + k;
             e->b_seq[n] = s->seq;
             e->b_logits[n] = 0;
+            e->b_snap[n] = 0;
             n++;
         }
         if (rows == left) {
@@ -657,8 +659,12 @@ bool fx_sched_iterate(struct fx_engine *e) {
     int32_t n_logits = 0;
     int32_t n = n_slots > 0 ? build_batch(e, n_slots, &n_logits) : 0;
     if (n > 0) {
-        struct fx_batch b = {
-            .n = n, .token = e->b_tok, .pos = e->b_pos, .seq = e->b_seq, .logits = e->b_logits};
+        struct fx_batch b = {.n = n,
+                             .token = e->b_tok,
+                             .pos = e->b_pos,
+                             .seq = e->b_seq,
+                             .logits = e->b_logits,
+                             .snapshot = e->b_snap};
         struct fx_error err;
         FX_ASSERT(n_logits <= e->n_logit_rows);
         double t0 = fx_engine_now();
