@@ -653,23 +653,27 @@ static const char *const spec_prompts[SPEC_N_PROMPTS] = {
     "Once upon a time there was a girl named Lily. She",
 };
 
-/* The request body of prompt i: temperature 0, or sampling with a seed. */
-static void spec_body(char *body, size_t cap, int i, bool sampled) {
+/* The body of request k of 2 * SPEC_N_PROMPTS: prompt k % SPEC_N_PROMPTS at temperature 0 (k <
+ * SPEC_N_PROMPTS) or sampled with a seed. */
+typedef void (*spec_body_fn)(char *body, size_t cap, int k);
+
+static void spec_body(char *body, size_t cap, int k) {
     snprintf(body, cap, "{\"prompt\":\"%s\",\"max_tokens\":64,\"ignore_eos\":true,%s}",
-             spec_prompts[i], sampled ? "\"temperature\":0.8,\"seed\":7" : "\"temperature\":0");
+             spec_prompts[k % SPEC_N_PROMPTS],
+             k >= SPEC_N_PROMPTS ? "\"temperature\":0.8,\"seed\":7" : "\"temperature\":0");
 }
 
-/* The texts of every prompt, one request at a time, at temperature 0 ([0..8)) and sampled
- * ([8..16)), from a server started with `extra`. */
-static void spec_texts_alone(const char *const *extra, char *texts[2 * SPEC_N_PROMPTS],
-                             double *accepted) {
+/* The texts of the 2 * SPEC_N_PROMPTS requests of `body`, one at a time, from a server started
+ * with `extra`. */
+static void spec_texts_alone(const char *const *extra, spec_body_fn make_body,
+                             char *texts[2 * SPEC_N_PROMPTS], double *accepted) {
     struct server s;
     server_start(&s, extra);
     for (int k = 0; k < 2 * SPEC_N_PROMPTS; k++) {
         char body[512];
-        spec_body(body, sizeof body, k % SPEC_N_PROMPTS, k >= SPEC_N_PROMPTS);
+        make_body(body, sizeof body, k);
         char *res = http_post(s.port, "/v1/completions", body, NULL);
-        expect_status(res, 200, spec_prompts[k % SPEC_N_PROMPTS]);
+        expect_status(res, 200, body);
         texts[k] = completion_text(res);
         free(res);
     }
@@ -697,15 +701,15 @@ FX_TEST(serve_spec_text_equals_plain) {
     char *plain[2 * SPEC_N_PROMPTS], *spec[2 * SPEC_N_PROMPTS];
     const char *none[] = {"--spec", "none", NULL};
     double accepted = 0;
-    spec_texts_alone(none, plain, &accepted);
+    spec_texts_alone(none, spec_body, plain, &accepted);
     assert_true(accepted == 0);
     const char *fixed[] = {"--spec", "ngram", "--spec-fixed", "--draft-max", "8", NULL};
-    spec_texts_alone(fixed, spec, &accepted);
+    spec_texts_alone(fixed, spec_body, spec, &accepted);
     print_message("--spec-fixed: %.0f drafts kept\n", accepted);
     assert_true(accepted > 100);
     spec_expect_equal(spec, plain, 2 * SPEC_N_PROMPTS, "--spec ngram --spec-fixed");
     spec_texts_free(spec);
-    spec_texts_alone(NULL, spec, &accepted); /* the default: ngram, adaptive */
+    spec_texts_alone(NULL, spec_body, spec, &accepted); /* the default: ngram, adaptive */
     print_message("adaptive: %.0f drafts kept\n", accepted);
     assert_true(accepted >= 1);
     spec_expect_equal(spec, plain, 2 * SPEC_N_PROMPTS, "--spec ngram (adaptive)");
@@ -715,14 +719,15 @@ FX_TEST(serve_spec_text_equals_plain) {
 
 /* The 16 requests of spec_texts_alone sent at once to a server with `extra`; each text must be
  * the one without speculation. */
-static void spec_concurrent(const char *const *extra, char *const plain[2 * SPEC_N_PROMPTS],
-                            double min_accepted, const char *what) {
+static void spec_concurrent(const char *const *extra, spec_body_fn make_body,
+                            char *const plain[2 * SPEC_N_PROMPTS], double min_accepted,
+                            const char *what) {
     struct server s;
     server_start(&s, extra);
     int fd[2 * SPEC_N_PROMPTS];
     for (int k = 0; k < 2 * SPEC_N_PROMPTS; k++) {
         char body[512], req[1024];
-        spec_body(body, sizeof body, k % SPEC_N_PROMPTS, k >= SPEC_N_PROMPTS);
+        make_body(body, sizeof body, k);
         int n = snprintf(req, sizeof req,
                          "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                          "Content-Length: %zu\r\n\r\n%s",
@@ -755,19 +760,62 @@ static void spec_concurrent(const char *const *extra, char *const plain[2 * SPEC
 FX_TEST(serve_spec_concurrent_equals_plain) {
     char *plain[2 * SPEC_N_PROMPTS];
     const char *none[] = {"--spec", "none", NULL};
-    spec_texts_alone(none, plain, NULL);
+    spec_texts_alone(none, spec_body, plain, NULL);
     const char *wide[] = {"-np", "8", "--spec", "ngram", "--spec-fixed", "--draft-max", "8", NULL};
-    spec_concurrent(wide, plain, 100, "8 at once");
+    spec_concurrent(wide, spec_body, plain, 100, "8 at once");
     const char *small[] = {"-np",          "4",           "-c", "256", "--spec", "ngram",
                            "--spec-fixed", "--draft-max", "8",  NULL};
-    spec_concurrent(small, plain, 100, "4 at once in 256 positions");
+    spec_concurrent(small, spec_body, plain, 100, "4 at once in 256 positions");
     /* Steps of 6 rows while sequences decode: one for each, drafts and prompt chunks in the
      * rest. */
     const char *narrow[] = {
         "-np", "4", "--max-num-batched-tokens", "6", "--spec-fixed", "--draft-max", "16", NULL};
-    spec_concurrent(narrow, plain, 50, "4 at once in steps of 6 rows");
+    spec_concurrent(narrow, spec_body, plain, 50, "4 at once in steps of 6 rows");
     /* Adaptive: how many drafts it keeps depends on the measured times. */
     const char *adaptive[] = {"-np", "8", NULL};
-    spec_concurrent(adaptive, plain, 1, "8 at once, adaptive");
+    spec_concurrent(adaptive, spec_body, plain, 1, "8 at once, adaptive");
+    spec_texts_free(plain);
+}
+
+/* spec_body for a model with random weights, which never repeats itself: a logit bias makes two
+ * tokens win every step, which of them decided by the model's logits, so that prompt lookup's
+ * drafts are kept and rejected about equally. */
+static void hybrid_body(char *body, size_t cap, int k) {
+    snprintf(body, cap,
+             "{\"prompt\":\"%s\",\"max_tokens\":48,\"ignore_eos\":true,"
+             "\"logit_bias\":{\"100\":30,\"200\":30},%s}",
+             spec_prompts[k % SPEC_N_PROMPTS],
+             k >= SPEC_N_PROMPTS ? "\"temperature\":0.8,\"seed\":7" : "\"temperature\":0");
+}
+
+/* A hybrid model (qwen35-tiny), whose rejected drafts roll the recurrent state back to a
+ * snapshot the step kept: speculation is on by default, and the texts with it equal the texts
+ * without, one request at a time and 16 at once in 4 slots. */
+FX_TEST(serve_hybrid_spec_text_equals_plain) {
+    char model[4096];
+    snprintf(model, sizeof model, "%s", fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf"));
+    struct server s;
+    const char *by_default[] = {"-m", model, NULL};
+    server_start(&s, by_default);
+    size_t size;
+    char *log = fx_test_read_file(s.log, &size);
+    bool on = strstr(log, "speculation ngram") != NULL;
+    free(log);
+    server_stop(&s);
+    assert_true(on);
+
+    char *plain[2 * SPEC_N_PROMPTS], *spec[2 * SPEC_N_PROMPTS];
+    double accepted = 0;
+    const char *none[] = {"-m", model, "--spec", "none", NULL};
+    spec_texts_alone(none, hybrid_body, plain, &accepted);
+    assert_true(accepted == 0);
+    const char *fixed[] = {"-m", model, "--spec-fixed", "--draft-max", "8", NULL};
+    spec_texts_alone(fixed, hybrid_body, spec, &accepted);
+    print_message("alone: %.0f drafts kept\n", accepted);
+    assert_true(accepted > 100);
+    spec_expect_equal(spec, plain, 2 * SPEC_N_PROMPTS, "qwen35, --spec-fixed");
+    spec_texts_free(spec);
+    const char *four[] = {"-m", model, "-np", "4", "--spec-fixed", "--draft-max", "16", NULL};
+    spec_concurrent(four, hybrid_body, plain, 100, "qwen35, 4 at once");
     spec_texts_free(plain);
 }
