@@ -155,8 +155,8 @@ struct fx_fwd {
 
 /* Where the recurrent state after row i of call f is to be copied, or NULL. */
 static inline struct fx_rstate *fx_fwd_snap(const struct fx_fwd *f, int64_t i) {
-    if (f->kv.kind == FX_KV_MULTI)
-        return fx_kv_step_snap(&f->kv, i);
+    if (f->kv.kind == FX_KV_MULTI) /* asked per row and layer: a plain step only reads a flag */
+        return f->kv.u.multi.snap ? fx_kv_step_snap(&f->kv, i) : NULL;
     return f->snap && i < f->n - 1 ? &f->snap[i] : NULL;
 }
 

@@ -132,8 +132,8 @@ static inline bool fx_kv_step_same_seq(const struct fx_kv_step *s, int64_t i, in
  * after the row's previous position, or anything at position 0, where the row starts from zeros.
  * The contiguous cache's, or the pool sequence's (kv/paged.h). */
 struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i);
-/* Where a multi-sequence step keeps the recurrent state after row i (a row it marked:
- * fx_batch.snapshot, kv/paged.h), or NULL. */
+/* Where a multi-sequence step whose u.multi.snap is set keeps the recurrent state after row i
+ * (a row it marked: fx_batch.snapshot, kv/paged.h), or NULL. */
 struct fx_rstate *fx_kv_step_snap(const struct fx_kv_step *s, int64_t i);
 
 /* Stores row i's key and value of KV head g (f32: head_dim and head_dim_v floats) in layer il at

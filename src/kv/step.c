@@ -70,8 +70,7 @@ struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i) {
 }
 
 struct fx_rstate *fx_kv_step_snap(const struct fx_kv_step *s, int64_t i) {
-    if (s->kind != FX_KV_MULTI || !s->u.multi.snap)
-        return NULL;
+    FX_ASSERT(s->kind == FX_KV_MULTI && s->u.multi.snap);
     return fx_kv_seq_snap(&s->u.multi.pool->seqs[s->u.multi.seq[i]], s->u.multi.pos[i]);
 }
 
