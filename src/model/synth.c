@@ -220,8 +220,9 @@ static const struct fx_synth_shape shapes[] = {
      * at Q8_0), so this is Qwen/Qwen3.5-35B-A3B cut down: its layers exactly (n_embd 2048, 16
      * query and 2 KV heads of 256, DeltaNet 16 Q/K and 32 V heads of 128, top-8 routing over
      * experts of 512 beside a shared expert of 512, an untied head, one MTP block), but 12 of
-     * its 40 layers and 32 of its 256 experts: 2.9 GB at Q8_0. A token reads what it would in
-     * the real model's layers, the embeddings weigh more. */
+     * its 40 layers and 32 of its 256 experts: 2.8 billion parameters, 3.0 GB at Q8_0. A decoded
+     * token reads per layer what it would in the real model; in a prompt batch each expert gets
+     * 8 times the rows it would get of 256, and the embeddings weigh more. */
     {.name = "qwen35moe-12l-32e",
      .arch = "qwen35moe",
      .model_name = "Qwen3.5-35B-A3B-12L-32E",
