@@ -273,7 +273,7 @@ FX_TEST(synth_qwen35_tiny_shapes_run_trunk_and_mtp_head) {
         assert_int_equal(fx_gguf_get_arr(g, key, FX_GGUF_INT32, &arr, &n, NULL), FX_OK);
         assert_int_equal(n, 4);
         assert_memory_equal(arr, ((const int32_t[]){3, 3, 2, 0}), sizeof(int32_t[4]));
-        /* as in llama.cpp's conversions: the MoE has no dense FFN width */
+        /* as in llama.cpp's qwen35moe fixture: the MoE has no dense FFN width */
         snprintf(key, sizeof key, "%s.feed_forward_length", arch);
         assert_int_equal(fx_gguf_get_u32(g, key, &u, NULL), s ? FX_ERR_NOT_FOUND : FX_OK);
         assert_int_equal(fx_model_n_layer(m), 4);

@@ -536,8 +536,8 @@ static fx_status set_gptoss_metadata(struct fx_gguf_writer *w, const struct fx_s
 }
 
 /* qwen35's keys: the DeltaNet's sizes (inner_size is the V heads' width), the layer pattern,
- * the MTP blocks, the rope sections; qwen35moe's experts (without feed_forward_length, which
- * llama.cpp's converter writes only for the dense model). */
+ * the MTP blocks, the rope sections; qwen35moe's experts (and, as in llama.cpp's qwen35moe
+ * fixture, no feed_forward_length: its FFNs are the experts). */
 static fx_status set_qwen35_metadata(struct fx_gguf_writer *w, const struct fx_synth_shape *s,
                                      struct fx_error *err) {
     const char *a = s->arch;
