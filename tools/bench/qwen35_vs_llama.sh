@@ -13,19 +13,22 @@
 # f16 KV cache, and llama-bench chooses flash attention itself (-fa auto).
 #
 # Where prefill time goes (LAYERS=1; needs perf): after the rounds, one prefill of P tokens per
-# model and engine under `perf record --call-graph dwarf` (PERF_FREQ samples/s, default 199: a
-# 0.8b prefill of 512 then records ~100 MB), and from its report:
+# model and engine under `perf record` (PERF_FREQ samples/s, default 499), and from its report:
 #  - ferrox, per layer kind: the inclusive samples of fx_delta_block_on_worker (Gated DeltaNet
 #    layers) and fx_attn_block_on_worker (gated attention) over those of fx_forward_on_worker,
 #    each with its projections, norms and waits at the workers' barriers (the FFN or MoE block
 #    after either is counted apart), times the prefill's time per token (from the same run's
-#    t/s), over the number of layers of the kind: microseconds per token per layer.
+#    t/s), over the number of layers of the kind: microseconds per token per layer. The call
+#    chains come from frame pointers, so this runs a second ferrox built with them
+#    (build/profile, made here with `make BUILD=build/profile`): DWARF unwinding cannot climb
+#    out of the packed matmul's 59 KB stack frame, and would credit no layer with its matmuls.
 #  - both engines: the self samples of the kernels only one kind of layer runs, the delta-rule
 #    recurrence with the causal conv (ferrox's *delta_rows* and *conv_step*, llama.cpp's
 #    ggml_compute_forward_gated_delta_net and _ssm_conv) against attention itself (ferrox's
-#    fx_attn_run and fx_attn_finish, llama.cpp's flash_attn_ext or soft_max), as a share of
-#    all samples. llama.cpp's graph does not say which layer a matmul belongs to, so only these
-#    kernels compare across the engines; perf's overhead lowers both runs' t/s alike.
+#    fx_attn_run and fx_attn_finish, llama.cpp's flash_attn_ext or soft_max): for ferrox as a
+#    share of its forward pass, for llama.cpp of the samples in its operators (libggml-cpu; its
+#    workers' waits in OpenMP, between operators, left out). llama.cpp's graph does not say which
+#    layer a matmul belongs to, so only these kernels compare across the engines.
 set -euo pipefail
 rounds=${1:-3}
 models=${MODELS:-qwen35-0.8b:Q8_0 qwen35moe-12l-32e:Q4_K_M}
@@ -65,13 +68,20 @@ done
 
 [ "${LAYERS:-0}" = 1 ] || exit 0
 
-# The report's lines: children%, self%, [.], symbol (-g none: no call chains).
-report() { perf report -i "$1" --children --stdio --sort symbol -g none 2>/dev/null | grep '%'; }
+profiler=build/profile/ferrox
+make -s -j2 BUILD=build/profile CFLAGS=-fno-omit-frame-pointer "$profiler"
+
+# Inclusive shares: lines of children%, self%, [.], symbol (-g none: no call chains printed).
+children() { perf report -i "$1" --children --stdio --sort symbol -g none 2>/dev/null | grep '%'; }
 inclusive() { awk -v s="$2" '$4 == s { sub(/%/, "", $1); print $1; exit }' <"$1"; }
-self_sum() { awk -v re="$2" '$4 ~ re { sub(/%/, "", $2); x += $2 } END { print x + 0 }' <"$1"; }
+# Self shares: lines of self%, library, [.], symbol; summed over the symbols matching a regex,
+# or over a library's.
+selfs() { perf report -i "$1" --no-children --stdio --sort dso,symbol 2>/dev/null | grep '%'; }
+self_sum() { awk -v re="$2" '$0 ~ re { sub(/%/, "", $1); x += $1 } END { print x + 0 }' <"$1"; }
+dso_sum() { awk -v re="$2" '$2 ~ re { sub(/%/, "", $1); x += $1 } END { print x + 0 }' <"$1"; }
 # (awk reads to the end: with pipefail, a closed pipe would fail the script)
 key_u32() { "$ferrox" inspect "$1" | awk -v k="$2" '$1 ~ "\\." k "$" { print $3 }'; }
-freq=${PERF_FREQ:-199}
+freq=${PERF_FREQ:-499}
 
 for m in $models; do
     path=$(model_path "$m")
@@ -80,13 +90,14 @@ for m in $models; do
     n_delta=$("$ferrox" inspect "$path" | grep -c '\.ssm_a ')
     n_attn=$((blocks - nextn - n_delta))
 
-    perf record -q -F "$freq" --call-graph dwarf,8192 -o "$out/ferrox.perf" -- \
-        "$ferrox" bench -m "$path" -p "$p" -n 0 -t "$t" -r 1 -o csv >"$out/ferrox.csv" 2>/dev/null
-    report "$out/ferrox.perf" >"$out/ferrox.report"
+    perf record -q -F "$freq" --call-graph fp -o "$out/ferrox.perf" -- \
+        "$profiler" bench -m "$path" -p "$p" -n 0 -t "$t" -r 1 -o csv >"$out/ferrox.csv" 2>/dev/null
+    children "$out/ferrox.perf" >"$out/ferrox.children"
+    selfs "$out/ferrox.perf" >"$out/ferrox.self"
     tps=$(pp_tg <"$out/ferrox.csv")
-    fwd=$(inclusive "$out/ferrox.report" fx_forward_on_worker)
+    fwd=$(inclusive "$out/ferrox.children" fx_forward_on_worker)
     for kind in delta attn ffn moe; do
-        share=$(inclusive "$out/ferrox.report" "fx_${kind}_block_on_worker")
+        share=$(inclusive "$out/ferrox.children" "fx_${kind}_block_on_worker")
         [ -n "$share" ] || continue # a dense model has no MoE blocks, and the reverse
         case $kind in
         delta) count=$n_delta ;;
@@ -95,18 +106,23 @@ for m in $models; do
         esac
         awk -v m="$m" -v p="$p" -v k="$kind" -v s="$share" -v f="$fwd" -v tps="$tps" \
             -v c="$count" 'BEGIN {
-            printf "%s ferrox pp%d: %s blocks %.1f%% of the forward pass, %d layers, " \
-                   "%.0f us per token per layer\n", m, p, k, 100 * s / f, c, 1e6 / tps * (s / f) / c }'
+            printf "%s ferrox pp%d (%.1f t/s under perf): %s blocks %.1f%% of the forward pass, " \
+                   "%d layers, %.0f us per token per layer\n",
+                   m, p, tps, k, 100 * s / f, c, 1e6 / tps * (s / f) / c }'
     done
-    awk -v m="$m" -v d="$(self_sum "$out/ferrox.report" 'delta_rows|conv_step')" \
-        -v a="$(self_sum "$out/ferrox.report" 'fx_attn_(run|finish)')" 'BEGIN {
-        printf "%s ferrox kernels: recurrence+conv %.1f%%, attention %.1f%% of samples\n", m, d, a }'
+    awk -v m="$m" -v f="$fwd" -v d="$(self_sum "$out/ferrox.self" 'delta_rows|conv_step')" \
+        -v a="$(self_sum "$out/ferrox.self" 'fx_attn_(run|finish)')" 'BEGIN {
+        printf "%s ferrox kernels: recurrence+conv %.1f%%, attention %.1f%% of the forward " \
+               "pass\n", m, 100 * d / f, 100 * a / f }'
 
-    perf record -q -F "$freq" --call-graph dwarf,8192 -o "$out/llama.perf" -- \
-        "$llama/llama-bench" -m "$path" -p "$p" -n 0 -t "$t" -r 1 >/dev/null 2>&1
-    report "$out/llama.perf" >"$out/llama.report"
-    awk -v m="$m" -v d="$(self_sum "$out/llama.report" 'gated_delta_net|ssm_conv')" \
-        -v a="$(self_sum "$out/llama.report" 'flash_attn_ext|soft_max')" 'BEGIN {
-        printf "%s llama.cpp kernels: recurrence+conv %.1f%%, attention %.1f%% of samples\n",
-               m, d, a }'
+    # llama.cpp's workers wait in OpenMP (libgomp) between operators: its share is left out.
+    perf record -q -F "$freq" -o "$out/llama.perf" -- \
+        "$llama/llama-bench" -m "$path" -p "$p" -n 0 -t "$t" -r 1 -o csv >"$out/llama.csv" 2>/dev/null
+    selfs "$out/llama.perf" >"$out/llama.self"
+    awk -v m="$m" -v p="$p" -v tps="$(pp_tg <"$out/llama.csv")" \
+        -v c="$(dso_sum "$out/llama.self" libggml-cpu)" \
+        -v d="$(self_sum "$out/llama.self" 'gated_delta_net|ssm_conv')" \
+        -v a="$(self_sum "$out/llama.self" 'flash_attn_ext|soft_max')" 'BEGIN {
+        printf "%s llama.cpp pp%d (%.1f t/s under perf) kernels: recurrence+conv %.1f%%, " \
+               "attention %.1f%% of its operators (libggml-cpu)\n", m, p, tps, 100 * d / c, 100 * a / c }'
 done
