@@ -168,9 +168,17 @@ FX_TEST(synth_types_equal_quantized_f32) {
         const char *shape, *type;
         bool pure;
     } cases[] = {
-        {"tiny", "Q4_K_M", false}, {"tiny", "Q2_K", false},          {"tiny", "Q3_K_S", true},
-        {"tiny", "Q5_1", false},   {"tiny-moe", "MXFP4_MOE", false}, {"tiny-moe", "Q6_K", false},
-        {"tiny", "IQ4_XS", false}, {"tiny", "IQ4_NL", false},
+        {"tiny", "Q4_K_M", false},
+        {"tiny", "Q2_K", false},
+        {"tiny", "Q3_K_S", true},
+        {"tiny", "Q5_1", false},
+        {"tiny-moe", "MXFP4_MOE", false},
+        {"tiny-moe", "Q6_K", false},
+        {"tiny", "IQ4_XS", false},
+        {"tiny", "IQ4_NL", false},
+        /* the MTP block counts among the layers of the mix, as block_count says */
+        {"tiny-qwen35", "Q4_K_M", false},
+        {"tiny-qwen35moe", "Q5_K_M", false},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char f32[4096], direct[4096], via[4096];
@@ -214,10 +222,10 @@ FX_TEST(synth_every_type_loads_and_runs) {
                                         "Q4_1",   "Q5_0",   "Q5_1",      "Q2_K",   "Q3_K_S",
                                         "Q3_K_M", "Q3_K_L", "Q4_K_S",    "Q4_K_M", "Q5_K_S",
                                         "Q5_K_M", "Q6_K",   "MXFP4_MOE", "IQ4_NL", "IQ4_XS"};
-    const char *shapes[] = {"tiny", "tiny-moe"};
-    for (size_t s = 0; s < 2; s++)
+    const char *shapes[] = {"tiny", "tiny-moe", "tiny-qwen35", "tiny-qwen35moe"};
+    for (size_t s = 0; s < 4; s++)
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-            /* The MoE shape once per kind of encoder: float, 32-wide, K, MXFP4. */
+            /* The other shapes once per kind of encoder: float, 32-wide, K, MXFP4. */
             if (s == 1 && strcmp(types[i], "BF16") && strcmp(types[i], "Q4_1") &&
                 strcmp(types[i], "Q4_K_M") && strcmp(types[i], "MXFP4_MOE"))
                 continue;
@@ -427,8 +435,11 @@ FX_TEST(synth_rejects_bad_arguments) {
  * tensor name of its layers that ours has layers for is there with the same number of
  * dimensions. */
 FX_TEST(synth_files_carry_the_keys_and_tensors_of_llama_cpp_files) {
-    static const char *const pairs[][2] = {{"tiny", "models/llama-tiny.F32.gguf"},
-                                           {"tiny-moe", "models/gptoss-tiny.F32.gguf"}};
+    static const char *const pairs[][2] = {
+        {"tiny", "models/llama-tiny.F32.gguf"},
+        {"tiny-moe", "models/gptoss-tiny.F32.gguf"},
+        {"tiny-qwen35", "qwen35/models/qwen35-tiny.F32.gguf"},
+        {"tiny-qwen35moe", "qwen35/models/qwen35moe-tiny.F32.gguf"}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         const char *ref_path = fx_test_fixture(pairs[i][1]);
         const char *ours_path = fx_test_tmpfile("synth-vs-llama-cpp.gguf");

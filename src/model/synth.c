@@ -24,16 +24,23 @@ struct fx_synth_shape {
     bool qk_norm;     /* per-head RMS norm of Q and K (attn_q_norm, attn_k_norm) */
     bool head_keys;   /* attention.key_length / value_length (head_dim != n_embd / n_head) */
     bool llama3_rope; /* rope_freqs.weight with Llama 3.1 scaling (factor 32, 8192 original) */
-    /* gpt-oss only: experts (with biases), attention biases and sinks, every second layer
-     * sliding, YaRN */
-    int64_t n_expert, n_expert_used;
+    int64_t n_expert, n_expert_used; /* gpt-oss, qwen35moe; 0 for a dense model */
+    /* gpt-oss only: expert and attention biases, sinks, every second layer sliding, YaRN */
     uint32_t n_swa, yarn_ctx;
     float yarn_factor;
+    /* qwen35 / qwen35moe only (ssm_state > 0): Gated DeltaNet layers with ssm_k_heads Q/K and
+     * ssm_v_heads V heads of ssm_state, a causal conv of ssm_conv taps; every
+     * full_attn_interval-th layer gated attention instead, rotating n_rot dims of each head in
+     * rope_sections; n_nextn MTP blocks after the n_layer trunk layers; qwen35moe's experts
+     * beside a shared expert of n_ff_shexp. */
+    int64_t ssm_state, ssm_k_heads, ssm_v_heads, ssm_conv, full_attn_interval, n_nextn, n_rot;
+    int32_t rope_sections[4];
+    int64_t n_ff_shexp;
 };
 
-/* The shapes. Dimensions are those of the released models' config.json files; "tiny" and
- * "tiny-moe" are small models of the same layouts for tests, with rows of 256 so that every
- * type, K-quants included, applies to every weight without a fallback. */
+/* The shapes. Dimensions are those of the released models' config.json files; the "tiny"
+ * shapes are small models of the same layouts for tests, with rows of 256 so that every type,
+ * K-quants included, applies to every weight without a fallback. */
 static const struct fx_synth_shape shapes[] = {
     {.name = "tiny",
      .arch = "llama",
@@ -67,6 +74,55 @@ static const struct fx_synth_shape shapes[] = {
      .n_swa = 128,
      .yarn_ctx = 4096,
      .yarn_factor = 32.0f},
+    /* The layout of the qwen35 fixtures (4 trunk layers, the last gated attention, and an MTP
+     * block) at rows of 256. */
+    {.name = "tiny-qwen35",
+     .arch = "qwen35",
+     .model_name = "ferrox-tiny-qwen35",
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_vocab = 2048,
+     .n_ff = 512,
+     .n_ctx = 4096,
+     .rope_base = 10000000.0f,
+     .rms_eps = 1e-6f,
+     .head_keys = true,
+     .ssm_state = 64,
+     .ssm_k_heads = 2,
+     .ssm_v_heads = 4,
+     .ssm_conv = 4,
+     .full_attn_interval = 4,
+     .n_nextn = 1,
+     .n_rot = 16,
+     .rope_sections = {3, 3, 2, 0}},
+    {.name = "tiny-qwen35moe",
+     .arch = "qwen35moe",
+     .model_name = "ferrox-tiny-qwen35moe",
+     .n_embd = 256,
+     .n_layer = 4,
+     .n_head = 4,
+     .n_head_kv = 2,
+     .head_dim = 64,
+     .n_vocab = 2048,
+     .n_ff = 256,
+     .n_ctx = 4096,
+     .rope_base = 10000000.0f,
+     .rms_eps = 1e-6f,
+     .head_keys = true,
+     .n_expert = 4,
+     .n_expert_used = 2,
+     .ssm_state = 64,
+     .ssm_k_heads = 2,
+     .ssm_v_heads = 4,
+     .ssm_conv = 4,
+     .full_attn_interval = 4,
+     .n_nextn = 1,
+     .n_rot = 16,
+     .rope_sections = {3, 3, 2, 0},
+     .n_ff_shexp = 256},
     {.name = "smollm2-135m",
      .arch = "llama",
      .model_name = "SmolLM2-135M",
@@ -133,6 +189,65 @@ static const struct fx_synth_shape shapes[] = {
      .n_swa = 128,
      .yarn_ctx = 4096,
      .yarn_factor = 32.0f},
+    /* Qwen/Qwen3.5-0.8B (text): 24 layers, each fourth gated attention (8 query and 2 KV heads
+     * of 256, a quarter of each head rotated, sections [11, 11, 10]), the others Gated DeltaNet
+     * (16 Q/K and 16 V heads of 128, 4 conv taps); a 3584 FFN, one MTP block, tied
+     * embeddings. */
+    {.name = "qwen35-0.8b",
+     .arch = "qwen35",
+     .model_name = "Qwen3.5-0.8B",
+     .n_embd = 1024,
+     .n_layer = 24,
+     .n_head = 8,
+     .n_head_kv = 2,
+     .head_dim = 256,
+     .n_vocab = 248320,
+     .n_ff = 3584,
+     .n_ctx = 262144,
+     .rope_base = 10000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .head_keys = true,
+     .ssm_state = 128,
+     .ssm_k_heads = 16,
+     .ssm_v_heads = 16,
+     .ssm_conv = 4,
+     .full_attn_interval = 4,
+     .n_nextn = 1,
+     .n_rot = 64,
+     .rope_sections = {11, 11, 10, 0}},
+    /* No Qwen3.5 MoE is small enough for a benchmark machine (the smallest, 35B-A3B, is 37 GB
+     * at Q8_0), so this is Qwen/Qwen3.5-35B-A3B cut down: its layers exactly (n_embd 2048, 16
+     * query and 2 KV heads of 256, DeltaNet 16 Q/K and 32 V heads of 128, top-8 routing over
+     * experts of 512 beside a shared expert of 512, an untied head, one MTP block), but 12 of
+     * its 40 layers and 32 of its 256 experts: 2.8 billion parameters, 3.0 GB at Q8_0. A decoded
+     * token reads per layer what it would in the real model; in a prompt batch each expert gets
+     * 8 times the rows it would get of 256, and the embeddings weigh more. */
+    {.name = "qwen35moe-12l-32e",
+     .arch = "qwen35moe",
+     .model_name = "Qwen3.5-35B-A3B-12L-32E",
+     .n_embd = 2048,
+     .n_layer = 12,
+     .n_head = 16,
+     .n_head_kv = 2,
+     .head_dim = 256,
+     .n_vocab = 248320,
+     .n_ff = 512,
+     .n_ctx = 262144,
+     .rope_base = 10000000.0f,
+     .rms_eps = 1e-6f,
+     .head_keys = true,
+     .n_expert = 32,
+     .n_expert_used = 8,
+     .ssm_state = 128,
+     .ssm_k_heads = 16,
+     .ssm_v_heads = 32,
+     .ssm_conv = 4,
+     .full_attn_interval = 4,
+     .n_nextn = 1,
+     .n_rot = 64,
+     .rope_sections = {11, 11, 10, 0},
+     .n_ff_shexp = 512},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -144,6 +259,9 @@ const char *const *fx_synth_shape_names(void) {
 }
 
 /* ---- plan ------------------------------------------------------------------------------------ */
+
+/* The most tensors one block has: a qwen35moe MTP block's 20. */
+#define MAX_BLOCK_TENSORS 20
 
 /* Adds tensor `name` (of layer `layer`, or a global one when layer < 0) of shape [ne0], [ne0,
  * ne1] or [ne0, ne1, ne2]; its type is decided once every tensor is known. */
@@ -209,15 +327,85 @@ static void add_gptoss_layer(struct fx_synth_model *m, int64_t l) {
     add(m, FX_SYNTH_BIAS, l, "ffn_down_exps.bias", d, e, 0);
 }
 
+/* qwen35: a Gated DeltaNet mixer: [q | k | v] for the causal conv, the output gate z, a beta
+ * and an alpha per V head, the decay rate and its bias, the gated norm and the output. */
+static void add_delta_net(struct fx_synth_model *m, int64_t l) {
+    const struct fx_synth_shape *s = m->shape;
+    int64_t d = s->n_embd, hv = s->ssm_v_heads, value = s->ssm_state * hv;
+    int64_t conv = 2 * s->ssm_state * s->ssm_k_heads + value;
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_qkv.weight", d, conv, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_gate.weight", d, value, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ssm_conv1d.weight", s->ssm_conv, conv, 0);
+    add(m, FX_SYNTH_BIAS, l, "ssm_dt.bias", hv, 0, 0);
+    add(m, FX_SYNTH_DECAY, l, "ssm_a", hv, 0, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ssm_beta.weight", d, hv, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "ssm_alpha.weight", d, hv, 0);
+    add(m, FX_SYNTH_NORM, l, "ssm_norm.weight", s->ssm_state, 0, 0);
+    add(m, FX_SYNTH_PROJ_OUT, l, "ssm_out.weight", value, d, 0);
+}
+
+/* qwen35: gated attention, whose Q projection also yields the output gate of each head. */
+static void add_gated_attention(struct fx_synth_model *m, int64_t l) {
+    const struct fx_synth_shape *s = m->shape;
+    int64_t d = s->n_embd, q = s->n_head * s->head_dim, kv = s->n_head_kv * s->head_dim;
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_q.weight", d, 2 * q, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_k.weight", d, kv, 0);
+    add(m, FX_SYNTH_PROJ_IN, l, "attn_v.weight", d, kv, 0);
+    add(m, FX_SYNTH_PROJ_OUT, l, "attn_output.weight", q, d, 0);
+    add(m, FX_SYNTH_NORM, l, "attn_q_norm.weight", s->head_dim, 0, 0);
+    add(m, FX_SYNTH_NORM, l, "attn_k_norm.weight", s->head_dim, 0, 0);
+}
+
+/* qwen35 block l: a trunk layer (gated attention every full_attn_interval-th, Gated DeltaNet
+ * otherwise) or, past the trunk, an MTP block (gated attention and the NextN tensors; it reuses
+ * token_embd and the output head, as real conversions do). The FFN is SwiGLU, or for qwen35moe
+ * routed experts beside a shared expert with a sigmoid gate of one row. */
+static void add_qwen35_layer(struct fx_synth_model *m, int64_t l) {
+    const struct fx_synth_shape *s = m->shape;
+    int64_t d = s->n_embd, e = s->n_expert, ff = s->n_ff, sh = s->n_ff_shexp;
+    bool mtp = l >= s->n_layer;
+    add(m, FX_SYNTH_NORM, l, "attn_norm.weight", d, 0, 0);
+    if (!mtp && (l + 1) % s->full_attn_interval != 0)
+        add_delta_net(m, l);
+    else
+        add_gated_attention(m, l);
+    add(m, FX_SYNTH_NORM, l, "post_attention_norm.weight", d, 0, 0);
+    if (e == 0) {
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate.weight", d, ff, 0);
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_up.weight", d, ff, 0);
+        add(m, FX_SYNTH_PROJ_OUT, l, "ffn_down.weight", ff, d, 0);
+    } else {
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate_inp.weight", d, e, 0);
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate_exps.weight", d, ff, e);
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_up_exps.weight", d, ff, e);
+        add(m, FX_SYNTH_PROJ_OUT, l, "ffn_down_exps.weight", ff, d, e);
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate_inp_shexp.weight", d, 0, 0);
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_gate_shexp.weight", d, sh, 0);
+        add(m, FX_SYNTH_PROJ_IN, l, "ffn_up_shexp.weight", d, sh, 0);
+        add(m, FX_SYNTH_PROJ_OUT, l, "ffn_down_shexp.weight", sh, d, 0);
+    }
+    if (mtp) {
+        add(m, FX_SYNTH_PROJ_IN, l, "nextn.eh_proj.weight", 2 * d, d, 0);
+        add(m, FX_SYNTH_NORM, l, "nextn.enorm.weight", d, 0, 0);
+        add(m, FX_SYNTH_NORM, l, "nextn.hnorm.weight", d, 0, 0);
+        add(m, FX_SYNTH_NORM, l, "nextn.shared_head_norm.weight", d, 0, 0);
+    }
+}
+
 static bool is_gptoss(const struct fx_synth_shape *s) {
     return strcmp(s->arch, "gpt-oss") == 0;
+}
+
+static bool is_qwen35(const struct fx_synth_shape *s) {
+    return s->ssm_state > 0;
 }
 
 /* Each tensor's type: the file type's rules over the whole tensor list. */
 static fx_status choose_types(struct fx_synth_model *m, struct fx_error *err) {
     const struct fx_synth_shape *s = m->shape;
+    /* llama.cpp counts the MTP blocks in block_count, and so in its mix's layer numbers. */
     struct fx_quant_model qm = {.arch = s->arch,
-                                .n_layer = (int32_t)s->n_layer,
+                                .n_layer = (int32_t)(s->n_layer + s->n_nextn),
                                 .n_head = (int32_t)s->n_head,
                                 .n_head_kv = (int32_t)s->n_head_kv,
                                 .n_expert = (int32_t)s->n_expert};
@@ -254,9 +442,9 @@ fx_status fx_synth_plan(const char *shape, uint32_t file_type, bool pure, uint64
                             "file type %u (%s) cannot be generated", (unsigned)file_type,
                             fx_file_type_name(file_type) ? fx_file_type_name(file_type) : "?");
     struct fx_synth_model *m = calloc(1, sizeof *m);
-    int64_t per_layer = is_gptoss(s) ? 19 : 9 + 2 * s->qk_norm;
+    int64_t n_blocks = s->n_layer + s->n_nextn;
     if (m)
-        m->tensors = calloc((size_t)(4 + per_layer * s->n_layer), sizeof *m->tensors);
+        m->tensors = calloc((size_t)(4 + MAX_BLOCK_TENSORS * n_blocks), sizeof *m->tensors);
     if (!m || !m->tensors) {
         free(m);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory planning '%s'", shape);
@@ -266,8 +454,8 @@ fx_status fx_synth_plan(const char *shape, uint32_t file_type, bool pure, uint64
     add(m, FX_SYNTH_EMBED, -1, "token_embd.weight", s->n_embd, s->n_vocab, 0);
     if (s->llama3_rope)
         add(m, FX_SYNTH_ROPE_FREQS, -1, "rope_freqs.weight", s->head_dim / 2, 0, 0);
-    for (int64_t l = 0; l < s->n_layer; l++)
-        (is_gptoss(s) ? add_gptoss_layer : add_dense_layer)(m, l);
+    for (int64_t l = 0; l < n_blocks; l++)
+        (is_qwen35(s) ? add_qwen35_layer : is_gptoss(s) ? add_gptoss_layer : add_dense_layer)(m, l);
     add(m, FX_SYNTH_NORM, -1, "output_norm.weight", s->n_embd, 0, 0);
     if (!s->tied)
         add(m, FX_SYNTH_PROJ_IN, -1, "output.weight", s->n_embd, s->n_vocab, 0);
@@ -347,6 +535,31 @@ static fx_status set_gptoss_metadata(struct fx_gguf_writer *w, const struct fx_s
     return FX_OK;
 }
 
+/* qwen35's keys: the DeltaNet's sizes (inner_size is the V heads' width), the layer pattern,
+ * the MTP blocks, the rope sections; qwen35moe's experts (and, as in llama.cpp's qwen35moe
+ * fixture, no feed_forward_length: its FFNs are the experts). */
+static fx_status set_qwen35_metadata(struct fx_gguf_writer *w, const struct fx_synth_shape *s,
+                                     struct fx_error *err) {
+    const char *a = s->arch;
+    char key[128];
+    TRY(set_arch_u32(w, a, "ssm.conv_kernel", s->ssm_conv, err));
+    TRY(set_arch_u32(w, a, "ssm.state_size", s->ssm_state, err));
+    TRY(set_arch_u32(w, a, "ssm.group_count", s->ssm_k_heads, err));
+    TRY(set_arch_u32(w, a, "ssm.time_step_rank", s->ssm_v_heads, err));
+    TRY(set_arch_u32(w, a, "ssm.inner_size", s->ssm_state * s->ssm_v_heads, err));
+    TRY(set_arch_u32(w, a, "full_attention_interval", s->full_attn_interval, err));
+    TRY(set_arch_u32(w, a, "nextn_predict_layers", s->n_nextn, err));
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", a);
+    TRY(fx_gguf_writer_set_arr(w, key, FX_GGUF_INT32, s->rope_sections, 4, err));
+    if (s->n_expert > 0) {
+        TRY(set_arch_u32(w, a, "expert_count", s->n_expert, err));
+        TRY(set_arch_u32(w, a, "expert_used_count", s->n_expert_used, err));
+        TRY(set_arch_u32(w, a, "expert_feed_forward_length", s->n_ff, err));
+        TRY(set_arch_u32(w, a, "expert_shared_feed_forward_length", s->n_ff_shexp, err));
+    }
+    return FX_OK;
+}
+
 static fx_status set_metadata(struct fx_gguf_writer *w, const struct fx_synth_model *m,
                               struct fx_error *err) {
     const struct fx_synth_shape *s = m->shape;
@@ -366,9 +579,10 @@ static fx_status set_metadata(struct fx_gguf_writer *w, const struct fx_synth_mo
     TRY(set_arch_u32(w, a, "vocab_size", s->n_vocab, err));
     TRY(set_arch_u32(w, a, "context_length", s->n_ctx, err));
     TRY(set_arch_u32(w, a, "embedding_length", s->n_embd, err));
-    TRY(set_arch_u32(w, a, "block_count", s->n_layer, err));
-    TRY(set_arch_u32(w, a, "feed_forward_length", s->n_ff, err));
-    TRY(set_arch_u32(w, a, "rope.dimension_count", s->head_dim, err));
+    TRY(set_arch_u32(w, a, "block_count", s->n_layer + s->n_nextn, err));
+    if (!is_qwen35(s) || s->n_expert == 0)
+        TRY(set_arch_u32(w, a, "feed_forward_length", s->n_ff, err));
+    TRY(set_arch_u32(w, a, "rope.dimension_count", s->n_rot ? s->n_rot : s->head_dim, err));
     TRY(set_arch_u32(w, a, "attention.head_count", s->n_head, err));
     TRY(set_arch_u32(w, a, "attention.head_count_kv", s->n_head_kv, err));
     if (s->head_keys) {
@@ -379,6 +593,8 @@ static fx_status set_metadata(struct fx_gguf_writer *w, const struct fx_synth_mo
     TRY(set_arch_f32(w, a, "rope.freq_base", s->rope_base, err));
     if (is_gptoss(s))
         TRY(set_gptoss_metadata(w, s, err));
+    if (is_qwen35(s))
+        TRY(set_qwen35_metadata(w, s, err));
     return FX_OK;
 }
 
@@ -514,6 +730,9 @@ static void gen_row(const void *user, int64_t row, float *out) {
         break;
     case FX_SYNTH_SINK:
         sigma = 1.0f;
+        break;
+    case FX_SYNTH_DECAY: /* within -1 +- 0.875: every head decays, none at once */
+        mean = -1.0f, sigma = 0.25f;
         break;
     default: /* norms */
         mean = 1.0f, sigma = 0.02f;

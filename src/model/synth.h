@@ -24,6 +24,7 @@ enum fx_synth_role {
     FX_SYNTH_NORM,       /* RMS norm weights: 1 + N(0, 0.02) */
     FX_SYNTH_BIAS,       /* biases: sigma 0.02 */
     FX_SYNTH_SINK,       /* gpt-oss attention sinks: sigma 1 */
+    FX_SYNTH_DECAY,      /* qwen35 ssm_a, a negative decay rate: -1 + N(0, 0.25) */
     FX_SYNTH_ROPE_FREQS, /* llama 3 rope scaling factors, computed, not drawn */
 };
 
@@ -44,8 +45,9 @@ struct fx_synth_model {
     struct fx_synth_tensor *tensors; /* [n_tensors] in file order */
 };
 
-/* The shape names, NULL-terminated: "tiny", "tiny-moe", "smollm2-135m", "qwen3-0.6b",
- * "llama-3.2-1b", "gpt-oss-20b". */
+/* The shape names, NULL-terminated: "tiny", "tiny-moe", "tiny-qwen35", "tiny-qwen35moe",
+ * "smollm2-135m", "qwen3-0.6b", "llama-3.2-1b", "gpt-oss-20b", "qwen35-0.8b",
+ * "qwen35moe-12l-32e". */
 const char *const *fx_synth_shape_names(void);
 
 /* Plans a model: its tensor list and every tensor's type, without generating anything.

@@ -16,6 +16,9 @@ import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 // Every file type on the small layout (rows of 256 take every type without fallbacks), the MoE
 // layout in F32 and its quantized types, the benchmark shapes in F16 (for their metadata) and in
 // the types the speed targets name, and `ferrox quantize` output from F32 and F16 sources.
+// Qwen3.5 (hybrid DeltaNet, MTP block): the tiny layouts in F32 (the sharp check) and in a K mix,
+// the real shapes once each in Q8_0 (their dimensions; F16 would only add time: 0.8b alone is
+// half a minute of CPU), the mix of `ferrox quantize` on the tiny MoE.
 const DEFAULT_CASES = [
     ...["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_S", "Q3_K_M",
         "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
@@ -25,6 +28,8 @@ const DEFAULT_CASES = [
     "smollm2-135m:Q8_0", "smollm2-135m:Q4_0", "smollm2-135m:Q4_K_M",
     "qwen3-0.6b:Q8_0", "llama-3.2-1b:Q4_K_M", "llama-3.2-1b:IQ4_XS",
     "tiny:F32:Q4_K_M", "tiny:F16:Q5_1", "tiny-moe:F32:MXFP4_MOE", "tiny:F32:IQ4_NL",
+    "tiny-qwen35:F32", "tiny-qwen35moe:F32", "tiny-qwen35:Q4_K_M", "tiny-qwen35moe:Q8_0",
+    "tiny-qwen35moe:F32:Q4_K_M", "qwen35-0.8b:Q8_0", "qwen35moe-12l-32e:Q8_0",
 ];
 
 // Token ids below every shape's vocabulary (2048 for the tiny shapes), as one batch.
@@ -40,7 +45,7 @@ const IDS = [1, 517, 1901, 33, 1024, 7, 650, 1500, 2000, 88, 1234, 321, 1777, 4,
 // RMS 0.025 on llama-3.2-1b); a misread block layout moves the logits by whole units. In an MoE
 // model such a flip can also swap a token's experts where two router logits nearly tie, so one
 // position of an MoE model may exceed maxAbs.
-const MOE_SHAPES = new Set(["tiny-moe", "gpt-oss-20b"]);
+const MOE_SHAPES = new Set(["tiny-moe", "gpt-oss-20b", "tiny-qwen35moe", "qwen35moe-12l-32e"]);
 const TOLERANCES = {F32: {maxAbs: 1e-3, rms: 2e-4}, F16: {maxAbs: 0.02, rms: 0.005},
                     BF16: {maxAbs: 0.1, rms: 0.02}, quantized: {maxAbs: 1.0, rms: 0.15},
                     quantizedMoe: {maxAbs: 1.0, rms: 0.2, positionsOver: 1}};
