@@ -196,8 +196,9 @@ typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *
     }
 #define VALUES_NQ(NAME, T)                                                                         \
     VALUES(NAME##_q1, 1, T)                                                                        \
-    VALUES(NAME##_q2, 2, T) VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T)                        \
-        VALUES(NAME##_q5, 5, T) VALUES(NAME##_q6, 6, T)
+    VALUES(NAME##_q2, 2, T)                                                                        \
+    VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T) VALUES(NAME##_q5, 5, T)                        \
+        VALUES(NAME##_q6, 6, T)
 VALUES_NQ(values_f32, FX_TYPE_F32)
 VALUES_NQ(values_f16, FX_TYPE_F16)
 VALUES_NQ(values_q8_0, FX_TYPE_Q8_0)
@@ -293,11 +294,18 @@ FORCE_INLINE float sum_partials16(__m512 v) {
     return _mm512_cvtss_f32(v);
 }
 
+/* Element i of 16 keys from kt (rows of FX_ATTN_RUN f32, or of f16 when H), widened. */
+FORCE_INLINE __m512 kt16(const void *kt, int64_t at, const bool H) {
+    if (H)
+        return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)kt + at)));
+    return _mm512_load_ps((const float *)kt + at);
+}
+
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
- * keys (kt + 16 b, rows of FX_ATTN_RUN floats): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. */
-FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const float *kt,
-                              int64_t dim, const int QG, const int NB) {
+ * keys (kt's columns 16 b .., rows of FX_ATTN_RUN f32, or f16 when H): NB x QG chains of fused
+ * multiply-adds over the elements in order. s: rows of FX_ATTN_RUN floats. */
+FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const void *kt, int64_t dim,
+                              const int QG, const int NB, const bool H) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
@@ -308,7 +316,7 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const fl
         __m512 k[4];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
-            k[b] = _mm512_load_ps(kt + i * FX_ATTN_RUN + 16 * b);
+            k[b] = kt16(kt, i * FX_ATTN_RUN + 16 * b, H);
 #pragma GCC unroll 4
         for (int q = 0; q < QG; q++) {
             __m512 qi = _mm512_set1_ps(qt[i * n_pad + q]);
@@ -324,29 +332,33 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const fl
             _mm512_store_ps(s + q * FX_ATTN_RUN + 16 * b, acc[q][b]);
 }
 
-typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const float *kt,
+typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const void *kt,
                                int64_t dim);
 
-#define SCORES_KEYS(QG, NB)                                                                        \
-    NOINLINE void scores_keys_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,              \
-                                            const float *kt, int64_t dim) {                        \
-        scores_keys(s, qt, n_pad, kt, dim, QG, NB);                                                \
+#define SCORES_KEYS(NAME, QG, NB, H)                                                               \
+    NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad, const void *kt,   \
+                                       int64_t dim) {                                              \
+        scores_keys(s, qt, n_pad, kt, dim, QG, NB, H);                                             \
     }
-#define SCORES_KEYS_NB(QG)                                                                         \
-    SCORES_KEYS(QG, 1) SCORES_KEYS(QG, 2) SCORES_KEYS(QG, 3) SCORES_KEYS(QG, 4)
-SCORES_KEYS_NB(1)
-SCORES_KEYS_NB(2)
-SCORES_KEYS_NB(3)
-SCORES_KEYS_NB(4)
+#define SCORES_KEYS_NB(NAME, QG, H)                                                                \
+    SCORES_KEYS(NAME, QG, 1, H)                                                                    \
+    SCORES_KEYS(NAME, QG, 2, H) SCORES_KEYS(NAME, QG, 3, H) SCORES_KEYS(NAME, QG, 4, H)
+#define SCORES_KEYS_QG(NAME, H)                                                                    \
+    SCORES_KEYS_NB(NAME, 1, H)                                                                     \
+    SCORES_KEYS_NB(NAME, 2, H) SCORES_KEYS_NB(NAME, 3, H) SCORES_KEYS_NB(NAME, 4, H)
+SCORES_KEYS_QG(scores_f32, false)
+SCORES_KEYS_QG(scores_f16, true)
+#undef SCORES_KEYS_QG
 #undef SCORES_KEYS_NB
 #undef SCORES_KEYS
 
-/* [queries - 1][blocks - 1] */
-static const scores_keys_fn scores_keys_by[4][4] = {
-    {scores_keys_q1_b1, scores_keys_q1_b2, scores_keys_q1_b3, scores_keys_q1_b4},
-    {scores_keys_q2_b1, scores_keys_q2_b2, scores_keys_q2_b3, scores_keys_q2_b4},
-    {scores_keys_q3_b1, scores_keys_q3_b2, scores_keys_q3_b3, scores_keys_q3_b4},
-    {scores_keys_q4_b1, scores_keys_q4_b2, scores_keys_q4_b3, scores_keys_q4_b4}};
+#define BY_NB(NAME, QG)                                                                            \
+    { NAME##_q##QG##_b1, NAME##_q##QG##_b2, NAME##_q##QG##_b3, NAME##_q##QG##_b4 }
+/* [kt of f16][queries - 1][blocks - 1] */
+static const scores_keys_fn scores_keys_by[2][4][4] = {
+    {BY_NB(scores_f32, 1), BY_NB(scores_f32, 2), BY_NB(scores_f32, 3), BY_NB(scores_f32, 4)},
+    {BY_NB(scores_f16, 1), BY_NB(scores_f16, 2), BY_NB(scores_f16, 3), BY_NB(scores_f16, 4)}};
+#undef BY_NB
 
 /* Values for the queries o0 .. end - 1 (one vector of queries, whose softmax covered every key
  * any of them sees): tiles of outputs x 64 elements that keep every accumulator in a register.
@@ -379,10 +391,13 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
     /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64). */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
     fx_avx512_attn_keys_t(st->kt, keys, dim, b0, b1, j1);
+    bool halves = keys->type == FX_TYPE_F16;
+    const void *kt = halves ? (const void *)((const uint16_t *)st->kt + 16 * b0)
+                            : (const void *)(st->kt + 16 * b0);
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
-        scores_keys_by[qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0, st->n_pad,
-                                        st->kt + 16 * b0, dim);
+        scores_keys_by[halves][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
+                                                st->n_pad, kt, dim);
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];

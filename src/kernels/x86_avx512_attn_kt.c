@@ -1,11 +1,11 @@
 /* A run's keys straight from the cache rows into the key-lane layout of x86_avx512_attn.c:
- * kt[i][16 b + jj] = element i of key 16 b + jj ([dim][FX_ATTN_RUN] floats).
+ * kt[i][16 b + jj] = element i of key 16 b + jj ([dim][FX_ATTN_RUN] floats; halves for f16).
  *
  * Transposing before widening moves fewer bytes through the shuffles: 16 keys x 32 elements are
  * 16 registers of f16 or 8 of q8_0 codes, against 32 of f32, and neither needs a row-major f32
  * tile in between. Each transposition ends with element i of 16 keys in key order, widened as
- * kv_load widens (vcvtph2ps; (float)q * d, exact), so kt holds the same floats as transposing
- * kv_load's rows would. */
+ * kv_load widens (vcvtph2ps, by the scores for f16; (float)q * d, exact), so the scores see the
+ * same floats as transposing kv_load's rows would give. */
 #include "kernels/x86_avx512.h"
 
 #include "core/error.h"
@@ -90,8 +90,9 @@ FORCE_INLINE void transpose8_epi16(__m512i x[8]) {
 /* f16 keys, 32 elements a block: a row's 32 halves are one register (lane L: elements 8 L ..
  * 8 L + 7); the in-lane transposes of keys 0..7 and 8..15, then one two-source permute per
  * register pairs their lanes, so that each 256-bit half is one element of 16 keys (64
- * shuffles). */
-static void block_f16(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+ * shuffles). They stay halves in kt (uint16_t [dim][FX_ATTN_RUN]): the scores widen them as they
+ * load them, which costs no more than a load of f32 and stores half the bytes. */
+static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
     const __m512i hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
     for (int64_t i0 = 0; i0 < dim; i0 += 32) {
@@ -105,12 +106,11 @@ static void block_f16(float *kt, const struct fx_kv_run *keys, int64_t j, int n,
         for (int t = 0; t < 8; t++) {
             __m512i e0 = _mm512_permutex2var_epi64(r[t], lo, r[t + 8]); /* elements t, 8 + t */
             __m512i e1 = _mm512_permutex2var_epi64(r[t], hi, r[t + 8]); /* 16 + t, 24 + t */
-            float *k = kt + (i0 + t) * FX_ATTN_RUN;
-            _mm512_store_ps(k, _mm512_cvtph_ps(_mm512_castsi512_si256(e0)));
-            _mm512_store_ps(k + 8 * FX_ATTN_RUN, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(e0, 1)));
-            _mm512_store_ps(k + 16 * FX_ATTN_RUN, _mm512_cvtph_ps(_mm512_castsi512_si256(e1)));
-            _mm512_store_ps(k + 24 * FX_ATTN_RUN,
-                            _mm512_cvtph_ps(_mm512_extracti64x4_epi64(e1, 1)));
+            uint16_t *k = kt + (i0 + t) * FX_ATTN_RUN;
+            _mm256_store_si256((__m256i *)k, _mm512_castsi512_si256(e0));
+            _mm256_store_si256((__m256i *)(k + 8 * FX_ATTN_RUN), _mm512_extracti64x4_epi64(e0, 1));
+            _mm256_store_si256((__m256i *)(k + 16 * FX_ATTN_RUN), _mm512_castsi512_si256(e1));
+            _mm256_store_si256((__m256i *)(k + 24 * FX_ATTN_RUN), _mm512_extracti64x4_epi64(e1, 1));
         }
     }
 }
@@ -188,7 +188,7 @@ void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, int64_t dim,
             block_f32(kt + 16 * b, keys, 16 * b, n, dim);
             break;
         case FX_TYPE_F16:
-            block_f16(kt + 16 * b, keys, 16 * b, n, dim);
+            block_f16((uint16_t *)kt + 16 * b, keys, 16 * b, n, dim);
             break;
         case FX_TYPE_Q8_0:
             block_q8_0(kt + 16 * b, keys, 16 * b, n, dim);
