@@ -164,15 +164,19 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
 #pragma GCC unroll 4
         for (int k = 0; k < NC; k++)
             a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
-    for (int64_t j = j0; j <= j1; j++) {
-        const uint8_t *v = values->grp[j / 16] + (uint64_t)(j % 16) * values->stride;
-        const float *w = p + j * pj;
+    for (int64_t j = j0, stride = (int64_t)values->stride; j <= j1;) {
+        /* the rows of j's group of 16 lie stride bytes apart */
+        int64_t end = (j | 15) < j1 ? (j | 15) : j1;
+        const uint8_t *v = values->grp[j / 16] + (j % 16) * stride;
+        for (; j <= end; j++, v += stride) {
+            const float *w = p + j * pj;
 #pragma GCC unroll 4
-        for (int k = 0; k < NC; k++) {
-            __m512 vk = value16(v, e0 + k * 16, T);
+            for (int k = 0; k < NC; k++) {
+                __m512 vk = value16(v, e0 + k * 16, T);
 #pragma GCC unroll 6
-            for (int o = 0; o < NQ; o++)
-                a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(w[o * po]), vk, a[o][k]);
+                for (int o = 0; o < NQ; o++)
+                    a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(w[o * po]), vk, a[o][k]);
+            }
         }
     }
 #pragma GCC unroll 6
@@ -197,8 +201,7 @@ typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *
 #define VALUES_NQ(NAME, T)                                                                         \
     VALUES(NAME##_q1, 1, T)                                                                        \
     VALUES(NAME##_q2, 2, T)                                                                        \
-    VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T) VALUES(NAME##_q5, 5, T)                        \
-        VALUES(NAME##_q6, 6, T)
+    VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T) VALUES(NAME##_q5, 5, T) VALUES(NAME##_q6, 6, T)
 VALUES_NQ(values_f32, FX_TYPE_F32)
 VALUES_NQ(values_f16, FX_TYPE_F16)
 VALUES_NQ(values_q8_0, FX_TYPE_Q8_0)
