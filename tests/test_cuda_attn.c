@@ -42,8 +42,13 @@ static void cpu_attention(const struct attn_case *c, const float *q, const float
         for (int64_t r0 = 0; r0 < c->n_keys; r0 += FX_ATTN_RUN) {
             int64_t n = c->n_keys - r0 < FX_ATTN_RUN ? c->n_keys - r0 : FX_ATTN_RUN;
             int32_t first = (int32_t)(j0 > r0 ? j0 - r0 : 0), last = (int32_t)(n - 1);
-            g->attn_run(&st, &first, &last, kh + r0 * dim, dim, vh + r0 * dim, dim, n, scale,
-                        c->softcap);
+            struct fx_kv_run kr = {.type = FX_TYPE_F32, .stride = (uint64_t)dim * sizeof(float)};
+            struct fx_kv_run vr = kr;
+            for (int64_t b = 0; 16 * b < n; b++) {
+                kr.grp[b] = (const uint8_t *)(kh + (r0 + 16 * b) * dim);
+                vr.grp[b] = (const uint8_t *)(vh + (r0 + 16 * b) * dim);
+            }
+            g->attn_run(&st, &first, &last, &kr, &vr, n, scale, c->softcap);
         }
         g->attn_finish(out + kvh * group * dim, dim, st.acc, st.m, st.l,
                        sinks ? sinks + kvh * group : NULL, group, dim);

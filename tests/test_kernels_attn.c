@@ -21,12 +21,28 @@ struct case_data {
     float sinks[N_Q];
 };
 
+enum { N_GROUPS = (N_KEYS + 15) / 16 };
+
+/* Keys and values stored as `type` (row bytes per row), each group of 16 rows at its own place
+ * and the groups in reverse order, as a paged cache hands them to the kernel. */
+struct typed_cache {
+    enum fx_type type;
+    uint64_t row;
+    uint8_t k[N_GROUPS * 16 * MAX_DIM * 2], v[N_GROUPS * 16 * MAX_DIM * 2]; /* f16 the largest */
+};
+
+/* Where row j of the typed cache lies (bytes from k or v). */
+static uint64_t typed_at(const struct typed_cache *c, int j) {
+    return (uint64_t)((N_GROUPS - 1 - j / 16) * 16 + j % 16) * c->row;
+}
+
 /* Queries q0 .. q0 + n_rows * group - 1 as n_rows rows of `group` heads; row r sees keys
  * lo[r] .. hi[r] (absolute) of the first n_keys, fed in runs cut at multiples of FX_ATTN_RUN as
- * the decoder feeds them. out: [n_rows * group][MAX_DIM]. */
-static void attend(const struct fx_kernels *k, const struct case_data *d, int q0, int n_rows,
-                   int group, const int *lo, const int *hi, int dim, float softcap, bool sinks,
-                   float *out) {
+ * the decoder feeds them: d's f32 keys and values, or tc's (not NULL). out:
+ * [n_rows * group][MAX_DIM]. */
+static void attend(const struct fx_kernels *k, const struct case_data *d,
+                   const struct typed_cache *tc, int q0, int n_rows, int group, const int *lo,
+                   const int *hi, int dim, float softcap, bool sinks, float *out) {
     int64_t floats = fx_attn_state_floats(n_rows * group, dim, dim);
     float *mem = aligned_alloc(64, (size_t)(floats * (int64_t)sizeof(float) + 63) / 64 * 64);
     assert_non_null(mem);
@@ -44,9 +60,16 @@ static void attend(const struct fx_kernels *k, const struct case_data *d, int q0
             if (first[r] <= last[r] && last[r] + 1 > n_keys)
                 n_keys = last[r] + 1;
         }
+        struct fx_kv_run kr = {.type = FX_TYPE_F32, .stride = MAX_DIM * sizeof(float)}, vr = kr;
+        if (tc)
+            kr.type = vr.type = tc->type, kr.stride = vr.stride = tc->row;
+        for (int b = 0; b < FX_ATTN_RUN / 16 && t0 + 16 * b < N_KEYS; b++) {
+            int j = t0 + 16 * b;
+            kr.grp[b] = tc ? tc->k + typed_at(tc, j) : (const uint8_t *)d->keys[j];
+            vr.grp[b] = tc ? tc->v + typed_at(tc, j) : (const uint8_t *)d->values[j];
+        }
         if (n_keys)
-            k->attn_run(&st, first, last, d->keys[t0], MAX_DIM, d->values[t0], MAX_DIM, n_keys,
-                        0.125f, softcap);
+            k->attn_run(&st, first, last, &kr, &vr, n_keys, 0.125f, softcap);
     }
     for (int r = 0; r < n_rows; r++)
         k->attn_finish(out + r * group * MAX_DIM, MAX_DIM, st.acc + r * group * dim,
@@ -122,10 +145,10 @@ FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
                             lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
                         }
                         static float all[N_Q][MAX_DIM], one[MAX_DIM];
-                        attend(k, &d, 0, n_rows, group, lo, hi, dim, softcap, sinks, all[0]);
+                        attend(k, &d, NULL, 0, n_rows, group, lo, hi, dim, softcap, sinks, all[0]);
                         for (int o = 0; o < n_rows * group; o++) {
                             int r = o / group;
-                            attend(k, &d, o, 1, 1, &lo[r], &hi[r], dim, softcap, sinks, one);
+                            attend(k, &d, NULL, o, 1, 1, &lo[r], &hi[r], dim, softcap, sinks, one);
                             assert_memory_equal(one, all[o], sizeof(float) * (size_t)dim);
                             if (lo[r] <= hi[r])
                                 check_float64(&d, k->name, o, lo[r], hi[r], dim, softcap, sinks,
@@ -133,6 +156,60 @@ FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
                         }
                     }
     }
+}
+
+/* f16 and q8_0 rows read in place (key lanes transpose them, values widen them as they stream)
+ * give the bits of the same rows loaded as f32 first, in key lanes and query lanes alike. */
+FX_TEST(kernels_attention_reads_f16_and_q8_0_rows_as_their_f32) {
+    static struct case_data d, loaded;
+    static struct typed_cache tc;
+    const struct fx_kernels *g = fx_kernels_named("generic");
+    struct fx_test_rng rng = {11};
+    for (int o = 0; o < N_Q; o++)
+        for (int i = 0; i < MAX_DIM; i++)
+            d.q[o][i] = loaded.q[o][i] = (float)(2.0 * fx_test_rng_normal(&rng));
+    for (int j = 0; j < N_KEYS; j++)
+        for (int i = 0; i < MAX_DIM; i++) {
+            d.keys[j][i] = (float)fx_test_rng_normal(&rng);
+            d.values[j][i] = (float)fx_test_rng_normal(&rng);
+        }
+    static const enum fx_type types[] = {FX_TYPE_F16, FX_TYPE_Q8_0};
+    static const int dims[] = {64, 128, 256, 96};
+    static const int lengths[] = {1, 17, 64, 150};
+    static const int shapes[][2] = {{1, 4}, {1, 8}, {2, 3}, {5, 8}}; /* key and query lanes */
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            int dim = dims[di];
+            tc.type = types[ti];
+            assert_true(fx_type_row_bytes(tc.type, dim, &tc.row));
+            for (int j = 0; j < N_KEYS; j++) {
+                g->kv_store(tc.type, d.keys[j], dim, tc.k + typed_at(&tc, j));
+                g->kv_store(tc.type, d.values[j], dim, tc.v + typed_at(&tc, j));
+                g->kv_load(tc.type, tc.k + typed_at(&tc, j), 0, 1, dim, loaded.keys[j], 0);
+                g->kv_load(tc.type, tc.v + typed_at(&tc, j), 0, 1, dim, loaded.values[j], 0);
+            }
+            for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+                const struct fx_kernels *k = fx_kernels_named(tables[t]);
+                if (!k)
+                    continue;
+                for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+                    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                        int n = lengths[li], n_rows = shapes[si][0], group = shapes[si][1];
+                        int lo[N_Q], hi[N_Q];
+                        for (int r = 0; r < n_rows; r++) {
+                            hi[r] = n - 1 - (r * 7) % 11;
+                            lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
+                        }
+                        static float in_place[N_Q][MAX_DIM], as_f32[N_Q][MAX_DIM];
+                        attend(k, &d, &tc, 0, n_rows, group, lo, hi, dim, 0.0f, false, in_place[0]);
+                        attend(k, &loaded, NULL, 0, n_rows, group, lo, hi, dim, 0.0f, false,
+                               as_f32[0]);
+                        for (int o = 0; o < n_rows * group; o++)
+                            assert_memory_equal(in_place[o], as_f32[o],
+                                                sizeof(float) * (size_t)dim);
+                    }
+            }
+        }
 }
 
 FX_TEST(kernels_attention_without_keys_is_zero_or_sink_only) {

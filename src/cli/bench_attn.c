@@ -2,8 +2,8 @@
  *
  * A case is (KV types, depth, head shape, threads). Its body is what the decoder's attention does
  * for one new token in one layer: for every KV head, the queries of its group attend to `depth`
- * cached keys and values, fed to the kernel in runs of FX_ATTN_RUN through the KV step (in place
- * for f32, converted into the worker's tile for f16 and q8_0), the workers claiming heads as the
+ * cached keys and values, fed to the kernel in runs of FX_ATTN_RUN through the KV step (read in
+ * place, the kernel converting f16 and q8_0), the workers claiming heads as the
  * decoder does. The cache is filled with random rows once; cycling through enough layers' worth
  * of cache (--cold-mb) keeps every call reading from memory, as a real token does. Prints the
  * median microseconds per layer and the GB/s of cache bytes read; one thread is timed in CPU
@@ -43,14 +43,13 @@ static void attend_head(const struct attn_job *j, int il, int g, float *state, f
     for (int32_t t0 = 0; t0 < j->depth; t0 += FX_ATTN_RUN) {
         int32_t n = j->depth - t0 < FX_ATTN_RUN ? j->depth - t0 : FX_ATTN_RUN;
         int32_t first = 0, last = n - 1;
-        int64_t ks, vs;
-        const float *keys = fx_kv_step_keys(&s, k, il, 0, g, t0, n, tile, &ks);
-        const float *values =
-            fx_kv_step_values(&s, k, il, 0, g, t0, n, tile + FX_ATTN_RUN * hd, &vs);
+        struct fx_kv_run keys, values;
+        fx_kv_step_keys(&s, k, il, 0, g, t0, n, tile, &keys);
+        fx_kv_step_values(&s, k, il, 0, g, t0, n, tile + FX_ATTN_RUN * hd, &values);
         int32_t next = j->depth - t0 - n < FX_ATTN_RUN ? j->depth - t0 - n : FX_ATTN_RUN;
         if (next > 0) /* as the decoder does */
             fx_kv_step_prefetch(&s, il, 0, g, t0 + n, next);
-        k->attn_run(&st, &first, &last, keys, ks, values, vs, n, 0.125f, 0.0f);
+        k->attn_run(&st, &first, &last, &keys, &values, n, 0.125f, 0.0f);
     }
     k->attn_finish(j->out + (int64_t)g * j->group * hd, hd, st.acc, st.m, st.l, NULL, j->group, hd);
 }

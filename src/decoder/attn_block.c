@@ -63,7 +63,7 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
  * kernel once for the whole block (its keys and values read from memory once, then from L1),
  * every row seeing its own part of it. The block's rows are one sequence's, so they share the
  * cache. state: the worker's fx_attn_state memory; tile: its [2][FX_ATTN_RUN][head size] floats
- * for runs of keys and values that are not f32 in place (fx_kv_step_keys). */
+ * for runs of keys and values that cannot be read in place (fx_kv_step_keys). */
 static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
                          int64_t i0, int64_t n, float *state, float *tile) {
     const struct fx_kernels *k = ctx->k;
@@ -92,17 +92,16 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
         }
         if (n_keys == 0)
             continue;
-        int64_t k_stride, v_stride;
-        const float *keys = fx_kv_step_keys(&c->kv, k, kl, i0, g, t0, n_keys, tile, &k_stride);
-        const float *values = fx_kv_step_values(&c->kv, k, kl, i0, g, t0, n_keys,
-                                                tile + FX_ATTN_RUN * ctx->kv_tile_dim, &v_stride);
+        struct fx_kv_run keys, values;
+        fx_kv_step_keys(&c->kv, k, kl, i0, g, t0, n_keys, tile, &keys);
+        fx_kv_step_values(&c->kv, k, kl, i0, g, t0, n_keys, tile + FX_ATTN_RUN * ctx->kv_tile_dim,
+                          &values);
         /* The next run's rows come from memory while the kernel works on this one. */
         int32_t next = pos_max - (t0 + FX_ATTN_RUN) + 1;
         if (next > 0)
             fx_kv_step_prefetch(&c->kv, kl, i0, g, t0 + FX_ATTN_RUN,
                                 next < FX_ATTN_RUN ? next : FX_ATTN_RUN);
-        k->attn_run(&st, first, last, keys, k_stride, values, v_stride, n_keys, hp->attn_scale,
-                    hp->attn_softcap);
+        k->attn_run(&st, first, last, &keys, &values, n_keys, hp->attn_scale, hp->attn_softcap);
     }
     for (int64_t r = 0; r < n; r++) {
         float *out = ctx->s.att + (i0 + r) * hp->n_head * hd_v + (int64_t)g * group * hd_v;

@@ -58,7 +58,8 @@ struct fx_scratch {
     float *attn_state;  /* [n_threads][attn_state_per_worker]: each worker's struct
                          * fx_attn_state memory for a block of FX_ATT_BLOCK_ROWS rows */
     float *kv_tile;     /* [n_threads][2][FX_ATTN_RUN][kv_tile_dim]: each worker's run of keys
-                         * and of values converted to f32 (fx_kv_step_keys) */
+                         * and of values converted to f32 where the kernel cannot read them in
+                         * place (fx_kv_step_keys) */
     int32_t *att_start; /* [n_batch + 1] first row of each attention block of the chunk (rows of
                          * one sequence, at most FX_ATT_BLOCK_ROWS), then n */
     /* Activation rows in each format a weight of the model is dotted with (NULL for the formats

@@ -140,8 +140,14 @@ void fx_kv_load_generic(enum fx_type type, const void *src, uint64_t src_stride,
                         int64_t dim, float *dst, int64_t dst_stride);
 
 /* generic_attn.c */
+/* The kv_load of a table (kernels.h). */
+typedef void (*fx_kv_load_fn)(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
+                              int64_t dim, float *dst, int64_t dst_stride);
+/* Rows 0 .. n - 1 of a run as f32 rows of dim floats at dst ([n][dim]), through load. */
+void fx_attn_rows_f32(fx_kv_load_fn load, const struct fx_kv_run *r, int64_t n, int64_t dim,
+                      float *dst);
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                         const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                         const struct fx_kv_run *keys, const struct fx_kv_run *values,
                          int64_t n_keys, float scale, float softcap);
 void fx_attn_finish_generic(float *out, int64_t out_stride, const float *acc, const float *m,
                             const float *l, const float *sinks, int64_t n_q, int64_t dim_v);

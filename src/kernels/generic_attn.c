@@ -10,7 +10,7 @@
 int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v) {
     int64_t n_pad = (n_q + 15) / 16 * 16;
     return n_pad * (dim_k + 3 + FX_ATTN_RUN) + (n_q * dim_v + 15) / 16 * 16 +
-           (dim_k + 15) / 16 * 16 * FX_ATTN_RUN;
+           (dim_k + 15) / 16 * 16 * FX_ATTN_RUN + FX_ATTN_RUN * ((dim_k + dim_v + 15) / 16 * 16);
 }
 
 void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
@@ -30,6 +30,7 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
     st->c = st->l + n_pad;
     st->acc = st->c + n_pad;
     st->kt = st->acc + (n_q * dim_v + 15) / 16 * 16;
+    st->rows = st->kt + (dim_k + 15) / 16 * 16 * FX_ATTN_RUN;
     for (int64_t o = 0; o < n_pad; o++) {
         const float *qo = q + o / group * q_row_stride + o % group * dim_k;
         for (int64_t i = 0; i < dim_k; i++)
@@ -43,10 +44,20 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
         st->acc[i] = 0.0f;
 }
 
+void fx_attn_rows_f32(fx_kv_load_fn load, const struct fx_kv_run *r, int64_t n, int64_t dim,
+                      float *dst) {
+    for (int64_t j = 0; j < n; j += 16)
+        load(r->type, r->grp[j / 16], r->stride, n - j < 16 ? n - j : 16, dim, dst + j * dim, dim);
+}
+
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                         const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                         const struct fx_kv_run *key_run, const struct fx_kv_run *value_run,
                          int64_t n_keys, float scale, float softcap) {
-    (void)n_keys; /* every row's keys lie within it */
+    /* Every row's keys lie within the first n_keys: those rows as f32, keys then values. */
+    const int64_t k_stride = st->dim_k, v_stride = st->dim_v;
+    float *keys = st->rows, *values = st->rows + n_keys * k_stride;
+    fx_attn_rows_f32(fx_kv_load_generic, key_run, n_keys, k_stride, keys);
+    fx_attn_rows_f32(fx_kv_load_generic, value_run, n_keys, v_stride, values);
     for (int64_t o = 0; o < st->n_q; o++) {
         int64_t r = o / st->group, j0 = first[r], j1 = last[r];
         if (j0 > j1)

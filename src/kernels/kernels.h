@@ -119,18 +119,28 @@ enum fx_rope_mode {
 /* Keys reach attn_run in runs of at most this many (the decoder cuts runs at its multiples). */
 #define FX_ATTN_RUN 64
 
+/* A run's key or value rows as they lie in a KV cache: row j of the run at
+ * grp[j / 16] + (j % 16) * stride, in kv_store's encoding of `type` (f32, f16 or q8_0). Groups
+ * of 16 rows, because a paged cache's blocks of 16 positions need not lie one after another. */
+struct fx_kv_run {
+    enum fx_type type;
+    uint64_t stride; /* bytes between rows of a group */
+    const uint8_t *grp[FX_ATTN_RUN / 16];
+};
+
 /* Running sums of an online-softmax attention for n_rows rows of `group` query heads that share
  * one KV head; query o = r * group + h is head h of row r. Lanes: n_pad is n_q rounded up to
  * 16, so a vector of 16 floats holds one value of 16 queries. */
 struct fx_attn_state {
     int64_t n_rows, group, n_q, n_pad, dim_k, dim_v;
-    float *qt;  /* [dim_k][n_pad] the queries, transposed (padding lanes 0) */
-    float *acc; /* [n_q][dim_v] sum of weights times values */
-    float *m;   /* [n_pad] largest score so far (-INFINITY before any key) */
-    float *l;   /* [n_pad] sum of weights */
-    float *c;   /* [n_pad] the latest run's rescale of acc and l */
-    float *p;   /* [FX_ATTN_RUN][n_pad] one run's scores, then weights */
-    float *kt;  /* [dim_k][FX_ATTN_RUN] scratch for a run's keys, transposed */
+    float *qt;   /* [dim_k][n_pad] the queries, transposed (padding lanes 0) */
+    float *acc;  /* [n_q][dim_v] sum of weights times values */
+    float *m;    /* [n_pad] largest score so far (-INFINITY before any key) */
+    float *l;    /* [n_pad] sum of weights */
+    float *c;    /* [n_pad] the latest run's rescale of acc and l */
+    float *p;    /* [FX_ATTN_RUN][n_pad] one run's scores, then weights */
+    float *kt;   /* [dim_k][FX_ATTN_RUN] scratch for a run's keys, transposed */
+    float *rows; /* [FX_ATTN_RUN][dim_k + dim_v] scratch for a run's rows as f32 */
 };
 
 /* Floats of memory an attention state of n_q queries needs (a multiple of 16). */
@@ -204,8 +214,8 @@ struct fx_kernels {
     void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
     /* Attention, one run of consecutive keys at a time (online softmax), for the queries of a
      * struct fx_attn_state (fx_attn_begin). Row r's queries see keys first[r] .. last[r] of the
-     * run (none when first[r] > last[r]); for each query o and the keys j it sees (at
-     * keys + j * k_stride, values + j * v_stride):
+     * run (none when first[r] > last[r]); for each query o and the keys j it sees (rows j of
+     * keys and values, taken as kv_load's exact f32):
      *   s_j = scale * (q_o . k_j), then s_j = softcap * tanh(s_j / softcap) when softcap > 0
      *   m' = max(m, max_j s_j);  c = e^(m - m');  p_j = e^(s_j - m')
      *   l = l * c + sum_j p_j;   acc = acc * c + sum_j p_j v_j  (keys in order)
@@ -215,8 +225,8 @@ struct fx_kernels {
      * A query whose keys come in the same runs always gets the same bits, whatever the other
      * queries of the state see (the decoder cuts runs at fixed absolute positions). */
     void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                     const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
-                     int64_t n_keys, float scale, float softcap);
+                     const struct fx_kv_run *keys, const struct fx_kv_run *values, int64_t n_keys,
+                     float scale, float softcap);
     /* out[o * out_stride ..] = acc_o / (l_o + e^(sink_o - m_o)), sinks NULL for none (the sink
      * is a logit that joins the denominator only). An output that saw no key is zeros. */
     void (*attn_finish)(float *out, int64_t out_stride, const float *acc, const float *m,

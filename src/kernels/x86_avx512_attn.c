@@ -11,25 +11,27 @@
  *
  * Key lanes (at most 8 queries: decode, where a KV head's 2-8 query heads would fill a quarter
  * of a vector of query lanes and each key would cost a full vector of work per element): the
- * run's keys are transposed 16 at a time into st->kt ([dim][64]: element i of 16 keys in one
- * vector), and each query's scores for 16 keys are bcast(q[i]) * kt[i][16 keys] summed over
- * i in order, the same chain of fused multiply-adds as in query lanes. Softmax and the weight
- * sums work on 16 keys a vector: the partial of key j mod 16 is lane j mod 16, added over the
- * run's vectors in key order and then pairwise by shuffles, the contract's order again.
+ * run's keys are transposed 16 at a time from the cache rows into st->kt ([dim][64]: element i
+ * of 16 keys in one vector; x86_avx512_attn_kt.c), and each query's scores for 16 keys are
+ * bcast(q[i]) * kt[i][16 keys] summed over i in order, the same chain of fused multiply-adds as in
+ * query lanes. Softmax and the weight sums work on 16 keys a vector: the partial of key j mod 16 is
+ * lane j mod 16, added over the run's vectors in key order and then pairwise by shuffles, the
+ * contract's order again.
  *
  * In both, a key a query does not see scores -inf, so its weight is +0, and adding +0 changes
  * no sum: a query's bits depend on its own keys and runs only. Values: each output's
  * accumulators stay in registers while the value rows stream by, one fused multiply-add per key
  * and chunk, keys in order; tiles of 6 outputs x 64 elements (24 accumulators) share each load
- * of a value row's 64 elements. Every key and value row of a run is read once for all the
- * queries of the state (the query heads of one KV head, of one or more rows).
+ * of a value row's 64 elements, widened from f16 or q8_0 in registers. Every key and value row of a
+ * run is read once for all the queries of the state (the query heads of one KV head, of one or more
+ * rows).
  *
  * Head sizes 64, 128 and 256 (with dim_k == dim_v); other sizes use the generic kernel. */
-#include <immintrin.h>
 #include <math.h>
-#include <stdbool.h>
 
 #include "kernels/generic.h"
+#include "kernels/types.h"
+#include "kernels/x86_avx512.h"
 #include "kernels/x86_avx512_attn.h"
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
@@ -136,26 +138,45 @@ static scores_fn scores_for(int64_t dim, int qr, bool block) {
     return fns[dim == 64 ? 0 : dim == 128 ? 1 : 2][qr - 1][block];
 }
 
-/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats for NQ outputs (rows
- * of dim floats at acc; the chunks' values at `values`, rows of v_stride floats), keys j0 .. j1
- * in order (weight p[j][o] at p + j * pj + o * po: query lanes [j][n_pad], key lanes [o][64]). */
+/* Elements e .. e + 15 of a value row of type T as f32, as kv_load widens them (exact). */
+FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, const enum fx_type T) {
+    if (T == FX_TYPE_F32)
+        return _mm512_loadu_ps((const float *)row + e);
+    if (T == FX_TYPE_F16)
+        return fp16x16(row + 2 * e);
+    const uint8_t *b = row + e / FX_QK * sizeof(struct fx_block_q8_0);
+    uint16_t d;
+    memcpy(&d, b, 2);
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(b + 2 + e % FX_QK)));
+    return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(d)));
+}
+
+/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats from element e0 for NQ
+ * outputs (rows of dim floats at acc; v_j row j of the run `values`, of type T), keys j0 .. j1
+ * in order (weight p[j][o] at p + j * pj + o * po: query lanes [j][n_pad], key lanes [o][64]).
+ * Converting in registers as the rows stream by costs no tile in between. */
 FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                              int64_t po, const float *values, int64_t v_stride, int64_t j0,
-                              int64_t j1, const int NQ, const int NC) {
+                              int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
+                              int64_t j1, const int NQ, const int NC, const enum fx_type T) {
     __m512 a[6][4];
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
 #pragma GCC unroll 4
         for (int k = 0; k < NC; k++)
             a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
-    for (int64_t j = j0; j <= j1; j++) {
-        const float *v = values + j * v_stride, *w = p + j * pj;
+    for (int64_t j = j0, stride = (int64_t)values->stride; j <= j1;) {
+        /* the rows of j's group of 16 lie stride bytes apart */
+        int64_t end = (j | 15) < j1 ? (j | 15) : j1;
+        const uint8_t *v = values->grp[j / 16] + (j % 16) * stride;
+        for (; j <= end; j++, v += stride) {
+            const float *w = p + j * pj;
 #pragma GCC unroll 4
-        for (int k = 0; k < NC; k++) {
-            __m512 vk = _mm512_loadu_ps(v + k * 16);
+            for (int k = 0; k < NC; k++) {
+                __m512 vk = value16(v, e0 + k * 16, T);
 #pragma GCC unroll 6
-            for (int o = 0; o < NQ; o++)
-                a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(w[o * po]), vk, a[o][k]);
+                for (int o = 0; o < NQ; o++)
+                    a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(w[o * po]), vk, a[o][k]);
+            }
         }
     }
 #pragma GCC unroll 6
@@ -166,27 +187,34 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
 }
 
 typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                          int64_t po, const float *values, int64_t v_stride, int64_t j0,
+                          int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
                           int64_t j1);
 
 /* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
  * elements serves 6 outputs. */
-#define VALUES(NAME, NQ)                                                                           \
+#define VALUES(NAME, NQ, T)                                                                        \
     NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,        \
-                       int64_t po, const float *values, int64_t v_stride, int64_t j0,              \
+                       int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,         \
                        int64_t j1) {                                                               \
-        values_tile(acc, dim, c, p, pj, po, values, v_stride, j0, j1, NQ, 4);                      \
+        values_tile(acc, dim, c, p, pj, po, values, e0, j0, j1, NQ, 4, T);                         \
     }
-VALUES(values_q1, 1)
-VALUES(values_q2, 2)
-VALUES(values_q3, 3)
-VALUES(values_q4, 4)
-VALUES(values_q5, 5)
-VALUES(values_q6, 6)
+#define VALUES_NQ(NAME, T)                                                                         \
+    VALUES(NAME##_q1, 1, T)                                                                        \
+    VALUES(NAME##_q2, 2, T)                                                                        \
+    VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T) VALUES(NAME##_q5, 5, T) VALUES(NAME##_q6, 6, T)
+VALUES_NQ(values_f32, FX_TYPE_F32)
+VALUES_NQ(values_f16, FX_TYPE_F16)
+VALUES_NQ(values_q8_0, FX_TYPE_Q8_0)
+#undef VALUES_NQ
 #undef VALUES
 
-static const values_fn values_by_nq[7] = {NULL,      values_q1, values_q2, values_q3,
-                                          values_q4, values_q5, values_q6};
+/* [f32, f16, q8_0][outputs] */
+static const values_fn values_by[3][7] = {{NULL, values_f32_q1, values_f32_q2, values_f32_q3,
+                                           values_f32_q4, values_f32_q5, values_f32_q6},
+                                          {NULL, values_f16_q1, values_f16_q2, values_f16_q3,
+                                           values_f16_q4, values_f16_q5, values_f16_q6},
+                                          {NULL, values_q8_0_q1, values_q8_0_q2, values_q8_0_q3,
+                                           values_q8_0_q4, values_q8_0_q5, values_q8_0_q6}};
 
 /* The keys [*j0, *j1] that queries o0 .. o1 - 1 see between them (*j0 > *j1 when none). */
 static void span(const struct fx_attn_state *st, const int32_t *first, const int32_t *last,
@@ -269,66 +297,18 @@ FORCE_INLINE float sum_partials16(__m512 v) {
     return _mm512_cvtss_f32(v);
 }
 
-/* r[i] = the transpose of r: r[i] held row i of a 16 x 16 block, now column i. */
-FORCE_INLINE void transpose16(__m512 r[16]) {
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 16; k += 4)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512d a = _mm512_castps_pd(t[k + h]), b = _mm512_castps_pd(t[k + h + 2]);
-            r[k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
-        t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xdd);
-        t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
-        t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xdd);
-    }
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
-        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
-    }
-}
-
-/* kt[i][16 b + jj] = keys[16 b + jj][i] for blocks b0 .. b1 of 16 keys, keys past j1 as 0 (they
- * may lie past the run). kt: [dim][FX_ATTN_RUN]. */
-static void transpose_keys(float *kt, const float *keys, int64_t k_stride, int64_t dim, int64_t b0,
-                           int64_t b1, int64_t j1) {
-    for (int64_t b = b0; b <= b1; b++) {
-        const float *kb = keys + 16 * b * k_stride;
-        int n = j1 - 16 * b + 1 < 16 ? (int)(j1 - 16 * b + 1) : 16;
-        for (int64_t i0 = 0; i0 < dim; i0 += 16) {
-            __m512 r[16];
-            if (n == 16) {
-#pragma GCC unroll 16
-                for (int jj = 0; jj < 16; jj++)
-                    r[jj] = _mm512_loadu_ps(kb + jj * k_stride + i0);
-            } else {
-                for (int jj = 0; jj < 16; jj++)
-                    r[jj] = jj < n ? _mm512_loadu_ps(kb + jj * k_stride + i0) : _mm512_setzero_ps();
-            }
-            transpose16(r);
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                _mm512_store_ps(kt + (i0 + i) * FX_ATTN_RUN + 16 * b, r[i]);
-        }
-    }
+/* Element i of 16 keys from kt (rows of FX_ATTN_RUN f32, or of f16 when H), widened. */
+FORCE_INLINE __m512 kt16(const void *kt, int64_t at, const bool H) {
+    if (H)
+        return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)kt + at)));
+    return _mm512_load_ps((const float *)kt + at);
 }
 
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
- * keys (kt + 16 b, rows of FX_ATTN_RUN floats): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. */
-FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const float *kt,
-                              int64_t dim, const int QG, const int NB) {
+ * keys (kt's columns 16 b .., rows of FX_ATTN_RUN f32, or f16 when H): NB x QG chains of fused
+ * multiply-adds over the elements in order. s: rows of FX_ATTN_RUN floats. */
+FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const void *kt, int64_t dim,
+                              const int QG, const int NB, const bool H) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
@@ -339,7 +319,7 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const fl
         __m512 k[4];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
-            k[b] = _mm512_load_ps(kt + i * FX_ATTN_RUN + 16 * b);
+            k[b] = kt16(kt, i * FX_ATTN_RUN + 16 * b, H);
 #pragma GCC unroll 4
         for (int q = 0; q < QG; q++) {
             __m512 qi = _mm512_set1_ps(qt[i * n_pad + q]);
@@ -355,50 +335,57 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const fl
             _mm512_store_ps(s + q * FX_ATTN_RUN + 16 * b, acc[q][b]);
 }
 
-typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const float *kt,
+typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const void *kt,
                                int64_t dim);
 
-#define SCORES_KEYS(QG, NB)                                                                        \
-    NOINLINE void scores_keys_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,              \
-                                            const float *kt, int64_t dim) {                        \
-        scores_keys(s, qt, n_pad, kt, dim, QG, NB);                                                \
+#define SCORES_KEYS(NAME, QG, NB, H)                                                               \
+    NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad, const void *kt,   \
+                                       int64_t dim) {                                              \
+        scores_keys(s, qt, n_pad, kt, dim, QG, NB, H);                                             \
     }
-#define SCORES_KEYS_NB(QG)                                                                         \
-    SCORES_KEYS(QG, 1) SCORES_KEYS(QG, 2) SCORES_KEYS(QG, 3) SCORES_KEYS(QG, 4)
-SCORES_KEYS_NB(1)
-SCORES_KEYS_NB(2)
-SCORES_KEYS_NB(3)
-SCORES_KEYS_NB(4)
+#define SCORES_KEYS_NB(NAME, QG, H)                                                                \
+    SCORES_KEYS(NAME, QG, 1, H)                                                                    \
+    SCORES_KEYS(NAME, QG, 2, H) SCORES_KEYS(NAME, QG, 3, H) SCORES_KEYS(NAME, QG, 4, H)
+#define SCORES_KEYS_QG(NAME, H)                                                                    \
+    SCORES_KEYS_NB(NAME, 1, H)                                                                     \
+    SCORES_KEYS_NB(NAME, 2, H) SCORES_KEYS_NB(NAME, 3, H) SCORES_KEYS_NB(NAME, 4, H)
+SCORES_KEYS_QG(scores_f32, false)
+SCORES_KEYS_QG(scores_f16, true)
+#undef SCORES_KEYS_QG
 #undef SCORES_KEYS_NB
 #undef SCORES_KEYS
 
-/* [queries - 1][blocks - 1] */
-static const scores_keys_fn scores_keys_by[4][4] = {
-    {scores_keys_q1_b1, scores_keys_q1_b2, scores_keys_q1_b3, scores_keys_q1_b4},
-    {scores_keys_q2_b1, scores_keys_q2_b2, scores_keys_q2_b3, scores_keys_q2_b4},
-    {scores_keys_q3_b1, scores_keys_q3_b2, scores_keys_q3_b3, scores_keys_q3_b4},
-    {scores_keys_q4_b1, scores_keys_q4_b2, scores_keys_q4_b3, scores_keys_q4_b4}};
+#define BY_NB(NAME, QG)                                                                            \
+    { NAME##_q##QG##_b1, NAME##_q##QG##_b2, NAME##_q##QG##_b3, NAME##_q##QG##_b4 }
+/* [kt of f16][queries - 1][blocks - 1] */
+static const scores_keys_fn scores_keys_by[2][4][4] = {
+    {BY_NB(scores_f32, 1), BY_NB(scores_f32, 2), BY_NB(scores_f32, 3), BY_NB(scores_f32, 4)},
+    {BY_NB(scores_f16, 1), BY_NB(scores_f16, 2), BY_NB(scores_f16, 3), BY_NB(scores_f16, 4)}};
+#undef BY_NB
 
 /* Values for the queries o0 .. end - 1 (one vector of queries, whose softmax covered every key
  * any of them sees): tiles of outputs x 64 elements that keep every accumulator in a register.
  * Weight p[j][o] at st->p + j * pj + o * po. */
 static void values_range(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                         int64_t v0, int64_t end, int64_t pj, int64_t po, const float *values,
-                         int64_t v_stride) {
+                         int64_t v0, int64_t end, int64_t pj, int64_t po,
+                         const struct fx_kv_run *values) {
+    const values_fn *by_nq = values_by[values->type == FX_TYPE_F32   ? 0
+                                       : values->type == FX_TYPE_F16 ? 1
+                                                                     : 2];
     for (int64_t e0 = 0; e0 < st->dim_v; e0 += 64)
         for (int64_t o0 = v0; o0 < end; o0 += 6) {
             int64_t nq = end - o0 < 6 ? end - o0 : 6, j0, j1;
             span(st, first, last, o0, o0 + nq, &j0, &j1);
             if (j0 <= j1)
-                values_by_nq[nq](st->acc + o0 * st->dim_v + e0, st->dim_v, st->c + o0,
-                                 st->p + o0 * po, pj, po, values + e0, v_stride, j0, j1);
+                by_nq[nq](st->acc + o0 * st->dim_v + e0, st->dim_v, st->c + o0, st->p + o0 * po, pj,
+                          po, values, e0, j0, j1);
         }
 }
 
 /* At most 8 queries, key lanes (the file's comment): the same bits as query lanes. */
 static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                          const float *keys, int64_t k_stride, const float *values,
-                          int64_t v_stride, float scale, float softcap) {
+                          const struct fx_kv_run *keys, const struct fx_kv_run *values, float scale,
+                          float softcap) {
     const int64_t dim = st->dim_k, n_q = st->n_q;
     int64_t j0, j1;
     span(st, first, last, 0, n_q, &j0, &j1);
@@ -406,11 +393,14 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         return;
     /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64). */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
-    transpose_keys(st->kt, keys, k_stride, dim, b0, b1, j1);
+    fx_avx512_attn_keys_t(st->kt, keys, dim, b0, b1, j1);
+    bool halves = keys->type == FX_TYPE_F16;
+    const void *kt = halves ? (const void *)((const uint16_t *)st->kt + 16 * b0)
+                            : (const void *)(st->kt + 16 * b0);
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
-        scores_keys_by[qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0, st->n_pad,
-                                        st->kt + 16 * b0, dim);
+        scores_keys_by[halves][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
+                                                st->n_pad, kt, dim);
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];
@@ -445,22 +435,39 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         sums[o] = sum_partials16(part);
     }
     fold16(st, 0, m_old, m_new, m_subv, _mm512_loadu_ps(sums));
-    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values, v_stride);
+    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values);
+}
+
+/* Keys for query lanes: f32 rows in place when the run's groups lie one after another at one
+ * stride, else converted into st->rows ([n_keys][dim]). */
+static const float *keys_f32(struct fx_attn_state *st, const struct fx_kv_run *keys, int64_t n_keys,
+                             int64_t *k_stride) {
+    bool in_place = keys->type == FX_TYPE_F32;
+    for (int64_t b = 1; b * 16 < n_keys && in_place; b++)
+        in_place = keys->grp[b] == keys->grp[0] + 16 * b * keys->stride;
+    if (in_place) {
+        *k_stride = (int64_t)(keys->stride / sizeof(float));
+        return (const float *)keys->grp[0];
+    }
+    fx_attn_rows_f32(fx_avx512_kv_load, keys, n_keys, st->dim_k, st->rows);
+    *k_stride = st->dim_k;
+    return st->rows;
 }
 
 void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
-                        const float *keys, int64_t k_stride, const float *values, int64_t v_stride,
+                        const struct fx_kv_run *key_run, const struct fx_kv_run *values,
                         int64_t n_keys, float scale, float softcap) {
     const int64_t dim = st->dim_k;
     if (!(dim == st->dim_v && (dim == 64 || dim == 128 || dim == 256))) {
-        fx_attn_run_generic(st, first, last, keys, k_stride, values, v_stride, n_keys, scale,
-                            softcap);
+        fx_attn_run_generic(st, first, last, key_run, values, n_keys, scale, softcap);
         return;
     }
     if (st->n_q <= 8) {
-        run_key_lanes(st, first, last, keys, k_stride, values, v_stride, scale, softcap);
+        run_key_lanes(st, first, last, key_run, values, scale, softcap);
         return;
     }
+    int64_t k_stride;
+    const float *keys = keys_f32(st, key_run, n_keys, &k_stride);
     /* Scores, two vectors of queries at a time where there are two. */
     for (int64_t o0 = 0; o0 < st->n_q; o0 += 32) {
         int qr = st->n_pad - o0 >= 32 ? 2 : 1;
@@ -483,5 +490,5 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
     }
     for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
         values_range(st, first, last, v0, v0 + 16 < st->n_q ? v0 + 16 : st->n_q, st->n_pad, 1,
-                     values, v_stride);
+                     values);
 }

@@ -3,10 +3,11 @@
  * writes and reads its keys and values.
  *
  * Rows are stored as f32, f16 or q8_0 (the kernels' kv_store / kv_load convert), K and V chosen
- * separately. The attention kernels read f32: a run of keys in another type, or scattered over
- * blocks, is converted into a per-worker tile first (fx_kv_step_keys), in L1, so that every
- * backing feeds the kernel the same floats and paged, contiguous and batched steps agree bit for
- * bit. f32 keys of a contiguous cache are read in place. */
+ * separately. The attention kernels read a run of keys and values in place, in groups of 16
+ * rows (struct fx_kv_run), and take every type as kv_load's exact f32; a group scattered over
+ * blocks (a paged cache whose blocks are not a multiple of 16 positions) is converted into a
+ * per-worker f32 tile first (fx_kv_step_keys). Every backing thus feeds the kernel the same
+ * floats, and paged, contiguous and batched steps agree bit for bit. */
 #ifndef FX_KV_KV_H
 #define FX_KV_KV_H
 
@@ -141,14 +142,14 @@ struct fx_rstate *fx_kv_step_snap(const struct fx_kv_step *s, int64_t i);
 void fx_kv_step_store(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
                       int g, const float *key, const float *value);
 
-/* The keys (values) of KV head g at positions t0..t0+n-1 of row i's sequence in layer il, as f32
- * rows *stride floats apart: in place when the cache holds them so, otherwise converted into
- * tile ([n][head_dim] or [n][head_dim_v] floats). n <= FX_ATTN_RUN. */
-const float *fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
-                             int64_t i, int g, int32_t t0, int32_t n, float *tile, int64_t *stride);
-const float *fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
-                               int64_t i, int g, int32_t t0, int32_t n, float *tile,
-                               int64_t *stride);
+/* The keys (values) of KV head g at positions t0..t0+n-1 of row i's sequence in layer il, for
+ * attn_run: in place where each group of 16 positions from t0 (a multiple of 16) lies at one
+ * stride, otherwise converted to f32 into tile ([n][head_dim] or [n][head_dim_v] floats).
+ * n <= FX_ATTN_RUN. */
+void fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
+                     int g, int32_t t0, int32_t n, float *tile, struct fx_kv_run *out);
+void fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
+                       int g, int32_t t0, int32_t n, float *tile, struct fx_kv_run *out);
 
 /* Asks the memory system for the rows fx_kv_step_keys / _values will read for positions
  * t0..t0+n-1 (the next run, while the kernel works on this one): a conversion into the tile

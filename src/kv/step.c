@@ -94,36 +94,40 @@ void fx_kv_step_store(const struct fx_kv_step *s, const struct fx_kernels *k, in
     k->kv_store(pv.type, value, head_dim(s, true), pv.row);
 }
 
-/* Rows t0..t0+n-1 as f32: in place for f32 rows that lie consecutively, else loaded segment by
- * segment (a segment ends with its block) into tile. */
-static const float *rows_f32(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
-                             int64_t i, int g, int32_t t0, int32_t n, int64_t dim, bool is_v,
-                             float *tile, int64_t *stride) {
+/* Rows t0..t0+n-1 in place, group by group of 16, where every group lies at one stride; else
+ * converted segment by segment (a segment ends with its block) into tile as f32. */
+static void run_rows(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
+                     int g, int32_t t0, int32_t n, int64_t dim, bool is_v, float *tile,
+                     struct fx_kv_run *out) {
     struct kv_place first = place(s, il, i, g, t0, is_v);
-    if (first.type == FX_TYPE_F32 && first.run >= n) {
-        *stride = (int64_t)(first.stride / sizeof(float));
-        return (const float *)first.row;
+    *out = (struct fx_kv_run){.type = first.type, .stride = first.stride};
+    bool in_place = true;
+    for (int32_t b = 0; b * 16 < n && in_place; b++) {
+        struct kv_place pl = b == 0 ? first : place(s, il, i, g, t0 + 16 * b, is_v);
+        out->grp[b] = pl.row;
+        in_place = pl.run >= (n - 16 * b < 16 ? n - 16 * b : 16);
     }
+    if (in_place)
+        return;
     for (int32_t t = t0; t < t0 + n;) {
         struct kv_place pl = t == t0 ? first : place(s, il, i, g, t, is_v);
         int32_t seg = pl.run < t0 + n - t ? pl.run : t0 + n - t;
         k->kv_load(pl.type, pl.row, pl.stride, seg, dim, tile + (int64_t)(t - t0) * dim, dim);
         t += seg;
     }
-    *stride = dim;
-    return tile;
+    *out = (struct fx_kv_run){.type = FX_TYPE_F32, .stride = (uint64_t)dim * sizeof(float)};
+    for (int32_t b = 0; b < FX_ATTN_RUN / 16; b++)
+        out->grp[b] = (const uint8_t *)(tile + (int64_t)16 * b * dim);
 }
 
-const float *fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
-                             int64_t i, int g, int32_t t0, int32_t n, float *tile,
-                             int64_t *stride) {
-    return rows_f32(s, k, il, i, g, t0, n, head_dim(s, false), false, tile, stride);
+void fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
+                     int g, int32_t t0, int32_t n, float *tile, struct fx_kv_run *out) {
+    run_rows(s, k, il, i, g, t0, n, head_dim(s, false), false, tile, out);
 }
 
-const float *fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il,
-                               int64_t i, int g, int32_t t0, int32_t n, float *tile,
-                               int64_t *stride) {
-    return rows_f32(s, k, il, i, g, t0, n, head_dim(s, true), true, tile, stride);
+void fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
+                       int g, int32_t t0, int32_t n, float *tile, struct fx_kv_run *out) {
+    run_rows(s, k, il, i, g, t0, n, head_dim(s, true), true, tile, out);
 }
 
 void fx_kv_step_prefetch(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0,

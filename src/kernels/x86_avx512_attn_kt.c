@@ -1,0 +1,200 @@
+/* A run's keys straight from the cache rows into the key-lane layout of x86_avx512_attn.c:
+ * kt[i][16 b + jj] = element i of key 16 b + jj ([dim][FX_ATTN_RUN] floats; halves for f16).
+ *
+ * Transposing before widening moves fewer bytes through the shuffles: 16 keys x 32 elements are
+ * 16 registers of f16 or 8 of q8_0 codes, against 32 of f32, and neither needs a row-major f32
+ * tile in between. Each transposition ends with element i of 16 keys in key order, widened as
+ * kv_load widens (vcvtph2ps, by the scores for f16; (float)q * d, exact), so the scores see the
+ * same floats as transposing kv_load's rows would give. */
+#include "kernels/x86_avx512.h"
+
+#include "core/error.h"
+#include "kernels/types.h"
+#include "kernels/x86_avx512_attn.h"
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
+FORCE_INLINE const uint8_t *row_at(const struct fx_kv_run *r, int64_t j) {
+    return r->grp[j / 16] + (uint64_t)(j % 16) * r->stride;
+}
+
+/* r[i] = the transpose of r: r[i] held row i of a 16 x 16 block of f32, now column i. */
+FORCE_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 16; k += 4)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[k + h]), b = _mm512_castps_pd(t[k + h + 2]);
+            r[k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+        t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xdd);
+        t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+        t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xdd);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+}
+
+/* f32 keys, 16 elements a block: 16 rows of 16 in, 16 columns out (64 shuffles). */
+static void block_f32(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+    for (int64_t i0 = 0; i0 < dim; i0 += 16) {
+        __m512 r[16];
+#pragma GCC unroll 16
+        for (int jj = 0; jj < 16; jj++)
+            r[jj] = jj < n ? _mm512_loadu_ps((const float *)row_at(keys, j + jj) + i0)
+                           : _mm512_setzero_ps();
+        transpose16(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            _mm512_store_ps(kt + (i0 + i) * FX_ATTN_RUN, r[i]);
+    }
+}
+
+/* Within each 128-bit lane, an 8 x 8 transpose of 16-bit elements: x[k] lane L held elements
+ * 0..7 of row k; x[t] lane L now holds element t of rows 0..7 in order (24 shuffles). */
+FORCE_INLINE void transpose8_epi16(__m512i x[8]) {
+    __m512i a[8], b[8];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        a[2 * k] = _mm512_unpacklo_epi16(x[2 * k], x[2 * k + 1]);     /* elements 0..3 */
+        a[2 * k + 1] = _mm512_unpackhi_epi16(x[2 * k], x[2 * k + 1]); /* 4..7 */
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* rows 0..3, then 4..7 */
+        __m512i *s = a + 4 * h, *d = b + 4 * h;
+        d[0] = _mm512_unpacklo_epi32(s[0], s[2]); /* elements 0, 1 */
+        d[1] = _mm512_unpackhi_epi32(s[0], s[2]); /* 2, 3 */
+        d[2] = _mm512_unpacklo_epi32(s[1], s[3]); /* 4, 5 */
+        d[3] = _mm512_unpackhi_epi32(s[1], s[3]); /* 6, 7 */
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        x[2 * t] = _mm512_unpacklo_epi64(b[t], b[t + 4]);
+        x[2 * t + 1] = _mm512_unpackhi_epi64(b[t], b[t + 4]);
+    }
+}
+
+/* f16 keys, 32 elements a block: a row's 32 halves are one register (lane L: elements 8 L ..
+ * 8 L + 7); the in-lane transposes of keys 0..7 and 8..15, then one two-source permute per
+ * register pairs their lanes, so that each 256-bit half is one element of 16 keys (64
+ * shuffles). They stay halves in kt (uint16_t [dim][FX_ATTN_RUN]): the scores widen them as they
+ * load them, which costs no more than a load of f32 and stores half the bytes. */
+static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+    const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+    const __m512i hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+    for (int64_t i0 = 0; i0 < dim; i0 += 32) {
+        __m512i r[16];
+#pragma GCC unroll 16
+        for (int jj = 0; jj < 16; jj++)
+            r[jj] = jj < n ? load512(row_at(keys, j + jj) + 2 * i0) : _mm512_setzero_si512();
+        transpose8_epi16(r);
+        transpose8_epi16(r + 8);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            __m512i e0 = _mm512_permutex2var_epi64(r[t], lo, r[t + 8]); /* elements t, 8 + t */
+            __m512i e1 = _mm512_permutex2var_epi64(r[t], hi, r[t + 8]); /* 16 + t, 24 + t */
+            uint16_t *k = kt + (i0 + t) * FX_ATTN_RUN;
+            _mm256_store_si256((__m256i *)k, _mm512_castsi512_si256(e0));
+            _mm256_store_si256((__m256i *)(k + 8 * FX_ATTN_RUN), _mm512_extracti64x4_epi64(e0, 1));
+            _mm256_store_si256((__m256i *)(k + 16 * FX_ATTN_RUN), _mm512_castsi512_si256(e1));
+            _mm256_store_si256((__m256i *)(k + 24 * FX_ATTN_RUN), _mm512_extracti64x4_epi64(e1, 1));
+        }
+    }
+}
+
+/* q8_0 keys, one block of 32 elements at a time: keys m and m + 8 share a register (lanes:
+ * elements 0..15 and 16..31 of key m, then of key m + 8); an in-lane 8 x 16 byte transpose
+ * leaves two elements of 8 keys per lane, and one permute per register pairs the halves of 16
+ * keys (32 shuffles). The codes of element i for 16 keys are then widened and scaled by the 16
+ * keys' d. */
+static void block_q8_0(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+    const __m512i pair = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+    const uint64_t bs = sizeof(struct fx_block_q8_0);
+    for (int64_t qb = 0; qb < dim / FX_QK; qb++) {
+        uint16_t d[16];
+        __m512i x[8];
+#pragma GCC unroll 8
+        for (int m = 0; m < 8; m++) {
+            const uint8_t *a = row_at(keys, j + m) + qb * bs,
+                          *b = row_at(keys, j + m + 8) + qb * bs;
+            __m256i ca = _mm256_setzero_si256(), cb = _mm256_setzero_si256();
+            d[m] = d[m + 8] = 0;
+            if (m < n) {
+                ca = _mm256_loadu_si256((const __m256i *)(a + 2));
+                memcpy(&d[m], a, 2);
+            }
+            if (m + 8 < n) {
+                cb = _mm256_loadu_si256((const __m256i *)(b + 2));
+                memcpy(&d[m + 8], b, 2);
+            }
+            x[m] = _mm512_inserti64x4(_mm512_castsi256_si512(ca), cb, 1);
+        }
+        __m512i a[8], b[8];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            a[2 * k] = _mm512_unpacklo_epi8(x[2 * k], x[2 * k + 1]);     /* elements 0..7 */
+            a[2 * k + 1] = _mm512_unpackhi_epi8(x[2 * k], x[2 * k + 1]); /* 8..15 */
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) { /* rows 0..3, then 4..7 */
+            __m512i *s = a + 4 * h, *o = b + 4 * h;
+            o[0] = _mm512_unpacklo_epi16(s[0], s[2]); /* elements 0..3 */
+            o[1] = _mm512_unpackhi_epi16(s[0], s[2]); /* 4..7 */
+            o[2] = _mm512_unpacklo_epi16(s[1], s[3]); /* 8..11 */
+            o[3] = _mm512_unpackhi_epi16(s[1], s[3]); /* 12..15 */
+        }
+        /* codes[t][c]: element 2 t + (c & 1) + 16 (c >> 1) of 16 keys */
+        _Alignas(64) int8_t codes[8][4][16];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            __m512i y0 = _mm512_unpacklo_epi32(b[t], b[t + 4]); /* elements 4 t, 4 t + 1 */
+            __m512i y1 = _mm512_unpackhi_epi32(b[t], b[t + 4]); /* 4 t + 2, 4 t + 3 */
+            _mm512_store_si512(codes[2 * t], _mm512_permutexvar_epi64(pair, y0));
+            _mm512_store_si512(codes[2 * t + 1], _mm512_permutexvar_epi64(pair, y1));
+        }
+        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
+        float *k = kt + qb * FX_QK * FX_ATTN_RUN;
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m512 q = _mm512_cvtepi32_ps(
+                    _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)codes[t][c])));
+                _mm512_store_ps(k + (2 * t + (c & 1) + 16 * (c >> 1)) * FX_ATTN_RUN,
+                                _mm512_mul_ps(q, dv));
+            }
+    }
+}
+
+void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, int64_t dim, int64_t b0,
+                           int64_t b1, int64_t j1) {
+    for (int64_t b = b0; b <= b1; b++) {
+        int n = j1 - 16 * b + 1 < 16 ? (int)(j1 - 16 * b + 1) : 16;
+        switch (keys->type) {
+        case FX_TYPE_F32:
+            block_f32(kt + 16 * b, keys, 16 * b, n, dim);
+            break;
+        case FX_TYPE_F16:
+            block_f16((uint16_t *)kt + 16 * b, keys, 16 * b, n, dim);
+            break;
+        case FX_TYPE_Q8_0:
+            block_q8_0(kt + 16 * b, keys, 16 * b, n, dim);
+            break;
+        default:
+            FX_ASSERT(!"not a KV cache type");
+        }
+    }
+}
