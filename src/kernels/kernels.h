@@ -157,7 +157,7 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
 /* One head's state in that form: floats fx_delta_state_floats(d), laid out by
  * fx_delta_state_at. */
 struct fx_delta_state {
-    float *m0; /* [d][d] M0 by columns: m0[j * d + i] = M0[i][j] */
+    float *m0; /* [d][d] M0 by rows, m0[i * d + j] = M0[i][j]: vectors run along j */
     float *ks; /* [FX_DELTA_CHUNK][d] the chunk's keys so far */
     float *us; /* [FX_DELTA_CHUNK][d] their u */
     float *gs; /* [FX_DELTA_CHUNK] their G */

@@ -1,16 +1,14 @@
-/* AVX-512 chunked delta rule of the Gated DeltaNet layers (kernels.h, delta_rows): the AVX2
- * kernel's steps sixteen keys or values at a time, tails under masks. Every dot has one
- * accumulation order whatever the number of rows of the call, so a row gets the same bits alone
- * or in a batch. */
+/* AVX-512 chunked delta rule of the Gated DeltaNet layers (kernels.h, delta_rows): the shared
+ * register-tiled body (x86_delta_rows.h) sixteen values at a time, tails under masks. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx512_ssm.h"
 
 #include <immintrin.h>
 
-/* The first n (0..16) lanes. */
+/* The first n (clamped to 0..16) lanes. */
 static inline __mmask16 lanes16(int64_t n) {
-    return (__mmask16)((1u << n) - 1);
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
 static inline float dot(const float *a, const float *b, int64_t n) {
@@ -26,19 +24,32 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return _mm512_reduce_add_ps(acc);
 }
 
-/* y = y * s + a * x (s = 1: a scaled add). */
-static inline void scale_add(float *y, float s, const float *x, float a, int64_t n) {
-    __m512 vs = _mm512_set1_ps(s), va = _mm512_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), va,
-                                                _mm512_mul_ps(_mm512_loadu_ps(y + i), vs)));
-    if (i < n) {
-        __mmask16 m = lanes16(n - i);
-        _mm512_mask_storeu_ps(y + i, m,
-                              _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), va,
-                                              _mm512_mul_ps(_mm512_maskz_loadu_ps(m, y + i), vs)));
-    }
+typedef __m512 vf;
+#define VW 16
+#define PJ 4 /* 16 accumulators and 4 loads of the 32 registers */
+#define RJ 8 /* d = 128 in one tile */
+
+static inline vf vload(const float *p, int64_t n) {
+    return n >= 16 ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(lanes16(n), p);
+}
+
+static inline void vstore(float *p, vf x, int64_t n) {
+    if (n >= 16)
+        _mm512_storeu_ps(p, x);
+    else
+        _mm512_mask_storeu_ps(p, lanes16(n), x);
+}
+
+static inline vf vset1(float x) {
+    return _mm512_set1_ps(x);
+}
+
+static inline vf vfma(vf a, vf b, vf c) {
+    return _mm512_fmadd_ps(a, b, c);
+}
+
+static inline vf vmul(vf a, vf b) {
+    return _mm512_mul_ps(a, b);
 }
 
 #include "kernels/x86_delta_rows.h"
