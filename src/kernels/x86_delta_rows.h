@@ -17,29 +17,38 @@
 #include <string.h>
 
 #define DR_INLINE static inline __attribute__((always_inline))
+/* The tiles' loops over their accumulators unrolled, so that these stay in registers. */
+#define DR_UNROLL _Pragma("GCC unroll 8")
 
 /* Columns j0 .. j0 + PJ VW - 1 (those below d) of M0^T x_a for the na (2 or 4) vectors x_a,
  * into o_a: one pass over M0's rows i, each row's PJ vectors multiplied into every x_a[i]. */
 DR_INLINE void products_tile(const float *m0, int na, const float *const *x, float *const *o,
                              int64_t j0, int64_t d) {
     vf acc[4][PJ];
+    DR_UNROLL
     for (int a = 0; a < na; a++)
-        for (int v = 0; v < PJ; v++)
-            acc[a][v] = vset1(0.0f);
+        DR_UNROLL
+    for (int v = 0; v < PJ; v++)
+        acc[a][v] = vset1(0.0f);
     for (int64_t i = 0; i < d; i++) {
         const float *mi = m0 + i * d + j0;
         vf mv[PJ];
+        DR_UNROLL
         for (int v = 0; v < PJ; v++)
             mv[v] = vload(mi + v * VW, d - j0 - v * VW);
+        DR_UNROLL
         for (int a = 0; a < na; a++) {
             vf xa = vset1(x[a][i]);
+            DR_UNROLL
             for (int v = 0; v < PJ; v++)
                 acc[a][v] = vfma(xa, mv[v], acc[a][v]);
         }
     }
+    DR_UNROLL
     for (int a = 0; a < na; a++)
-        for (int v = 0; v < PJ; v++)
-            vstore(o[a] + j0 + v * VW, acc[a][v], d - j0 - v * VW);
+        DR_UNROLL
+    for (int v = 0; v < PJ; v++)
+        vstore(o[a] + j0 + v * VW, acc[a][v], d - j0 - v * VW);
 }
 
 /* work[r] = [M0^T k_r | M0^T q_r] for the call's rows, two rows (four products) per pass over
@@ -66,23 +75,29 @@ static void products(const float *m0, int32_t n, const float *q, const float *k,
 DR_INLINE void fold_tile(const struct fx_delta_state *st, const float *w, float decay, int ni,
                          int64_t i, int64_t j0, int64_t d) {
     vf acc[2][RJ];
+    DR_UNROLL
     for (int r = 0; r < ni; r++)
-        for (int v = 0; v < RJ; v++)
-            acc[r][v] =
-                vmul(vload(st->m0 + (i + r) * d + j0 + v * VW, d - j0 - v * VW), vset1(decay));
+        DR_UNROLL
+    for (int v = 0; v < RJ; v++)
+        acc[r][v] = vmul(vload(st->m0 + (i + r) * d + j0 + v * VW, d - j0 - v * VW), vset1(decay));
     for (int32_t s = 0; s < FX_DELTA_CHUNK; s++) {
         vf us[RJ];
+        DR_UNROLL
         for (int v = 0; v < RJ; v++)
             us[v] = vload(st->us + s * d + j0 + v * VW, d - j0 - v * VW);
+        DR_UNROLL
         for (int r = 0; r < ni; r++) {
             vf c = vset1(w[s] * st->ks[s * d + i + r]);
+            DR_UNROLL
             for (int v = 0; v < RJ; v++)
                 acc[r][v] = vfma(c, us[v], acc[r][v]);
         }
     }
+    DR_UNROLL
     for (int r = 0; r < ni; r++)
-        for (int v = 0; v < RJ; v++)
-            vstore(st->m0 + (i + r) * d + j0 + v * VW, acc[r][v], d - j0 - v * VW);
+        DR_UNROLL
+    for (int v = 0; v < RJ; v++)
+        vstore(st->m0 + (i + r) * d + j0 + v * VW, acc[r][v], d - j0 - v * VW);
 }
 
 static void fold_chunk(const struct fx_delta_state *st, int64_t d) {
@@ -106,6 +121,7 @@ DR_INLINE void row_tile(const struct fx_delta_state *st, int32_t c, const float 
                         const float *vr, const float *mk, const float *mq, float e, float beta,
                         float scale, float *o, int64_t j0, int64_t d) {
     vf u[RJ], acc[RJ];
+    DR_UNROLL
     for (int v = 0; v < RJ; v++) {
         int64_t j = j0 + v * VW, left = d - j;
         u[v] = vfma(vset1(-e), vload(mk + j, left), vload(vr + j, left));
@@ -113,6 +129,7 @@ DR_INLINE void row_tile(const struct fx_delta_state *st, int32_t c, const float 
     }
     for (int32_t s = 0; s < c; s++) {
         vf a = vset1(-ab[2 * s]), b = vset1(ab[2 * s + 1]);
+        DR_UNROLL
         for (int v = 0; v < RJ; v++) {
             vf us = vload(st->us + s * d + j0 + v * VW, d - j0 - v * VW);
             u[v] = vfma(a, us, u[v]);
@@ -120,6 +137,7 @@ DR_INLINE void row_tile(const struct fx_delta_state *st, int32_t c, const float 
         }
     }
     vf b = vset1(ab[2 * c + 1]);
+    DR_UNROLL
     for (int v = 0; v < RJ; v++) {
         int64_t j = j0 + v * VW, left = d - j;
         u[v] = vmul(u[v], vset1(beta));
