@@ -65,8 +65,9 @@ FX_TEST(kernels_ssm_sigmoid_and_l2_norm_match_double) {
 }
 
 /* Several steps of the conv over a channel count that is not a multiple of any vector width:
- * the outputs against double sums of the taps, and the window after them (the last d_conv - 1
- * inputs, oldest first) exactly. */
+ * the outputs against double sums of the taps and, since every table sums the taps as the
+ * generic kernel does, against its bits; the window after them (the last d_conv - 1 inputs,
+ * oldest first) exactly. */
 FX_TEST(kernels_ssm_conv_step_matches_double) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
@@ -77,11 +78,15 @@ FX_TEST(kernels_ssm_conv_step_matches_double) {
         int32_t d_conv = convs[ci], keep = d_conv - 1;
         const int n_steps = 6;
         float *w = randn(&rng, n_ch * d_conv, 0.5), *x = randn(&rng, n_steps * n_ch, 1.0);
+        float first[6][37]; /* [n_steps][n_ch] the generic table's outputs */
         for (int k = 0; k < n_tables; k++) {
             float *win = calloc((size_t)(n_ch * keep), sizeof(float)), out[37];
             assert_non_null(win);
             for (int step = 0; step < n_steps; step++) {
                 tables[k]->conv_step(out, win, x + step * n_ch, w, n_ch, d_conv);
+                if (k == 0)
+                    memcpy(first[step], out, sizeof out);
+                assert_memory_equal(out, first[step], sizeof out);
                 for (int64_t c = 0; c < n_ch; c++) {
                     double want = 0;
                     for (int32_t t = 0; t < d_conv; t++) {
