@@ -31,22 +31,23 @@ void fx_l2_norm_generic(float *out, const float *x, int64_t n, float eps) {
         out[i] = x[i] * scale;
 }
 
-void fx_conv_step_generic(float *out, float *win, const float *x, const float *w, int64_t n_ch,
-                          int32_t d_conv) {
+void fx_conv_rows_generic(float *out, float *win, const float *x, int64_t n, int64_t stride,
+                          const float *w, int64_t n_ch, int32_t d_conv) {
     int32_t keep = d_conv - 1;
-    for (int64_t c = 0; c < n_ch; c++) {
-        float *h = win + c * keep;
-        const float *wc = w + c * d_conv;
-        float sum = 0.0f;
-        for (int32_t t = 0; t < keep; t++)
-            sum += wc[t] * h[t];
-        sum += wc[keep] * x[c];
-        if (keep > 0) {
-            memmove(h, h + 1, (size_t)(keep - 1) * sizeof(float));
-            h[keep - 1] = x[c];
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < n_ch; c++) {
+            float *h = win + c * keep, xc = x[r * stride + c];
+            const float *wc = w + c * d_conv;
+            float sum = 0.0f;
+            for (int32_t t = 0; t < keep; t++)
+                sum += wc[t] * h[t];
+            sum += wc[keep] * xc;
+            for (int32_t t = 0; t + 1 < keep; t++)
+                h[t] = h[t + 1];
+            if (keep > 0)
+                h[keep - 1] = xc;
+            out[r * stride + c] = sum;
         }
-        out[c] = sum;
-    }
 }
 
 static float dot(const float *a, const float *b, int64_t n) {
