@@ -64,10 +64,11 @@ FX_TEST(kernels_ssm_sigmoid_and_l2_norm_match_double) {
     }
 }
 
-/* Several steps of the conv over a channel count that is not a multiple of any vector width:
- * the outputs against double sums of the taps, and the window after them (the last d_conv - 1
- * inputs, oldest first) exactly. */
-FX_TEST(kernels_ssm_conv_step_matches_double) {
+/* Several steps of the conv over a channel count that is not a multiple of any vector width, one
+ * row per call: the outputs against double sums of the taps and, since every table sums the taps
+ * as the generic kernel does, against its bits; the window after them (the last d_conv - 1
+ * inputs, oldest first) exactly. Then all the steps in one call: the same outputs and window. */
+FX_TEST(kernels_ssm_conv_rows_match_double) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
     struct fx_test_rng rng = {1602};
@@ -77,11 +78,16 @@ FX_TEST(kernels_ssm_conv_step_matches_double) {
         int32_t d_conv = convs[ci], keep = d_conv - 1;
         const int n_steps = 6;
         float *w = randn(&rng, n_ch * d_conv, 0.5), *x = randn(&rng, n_steps * n_ch, 1.0);
+        float first[6][37]; /* [n_steps][n_ch] the generic table's outputs */
         for (int k = 0; k < n_tables; k++) {
             float *win = calloc((size_t)(n_ch * keep), sizeof(float)), out[37];
-            assert_non_null(win);
+            float *win2 = calloc((size_t)(n_ch * keep), sizeof(float)), all[6][37];
+            assert_true(win && win2);
             for (int step = 0; step < n_steps; step++) {
-                tables[k]->conv_step(out, win, x + step * n_ch, w, n_ch, d_conv);
+                tables[k]->conv_rows(out, win, x + step * n_ch, 1, n_ch, w, n_ch, d_conv);
+                if (k == 0)
+                    memcpy(first[step], out, sizeof out);
+                assert_memory_equal(out, first[step], sizeof out);
                 for (int64_t c = 0; c < n_ch; c++) {
                     double want = 0;
                     for (int32_t t = 0; t < d_conv; t++) {
@@ -89,14 +95,18 @@ FX_TEST(kernels_ssm_conv_step_matches_double) {
                         if (s >= 0)
                             want += (double)w[c * d_conv + t] * x[s * n_ch + c];
                     }
-                    check_close("conv_step", tables[k]->name, c, out[c], want, 1e-6);
+                    check_close("conv_rows", tables[k]->name, c, out[c], want, 1e-6);
                     for (int32_t t = 0; t < keep; t++) {
                         int s = step - keep + 1 + t;
                         assert_true(win[c * keep + t] == (s >= 0 ? x[s * n_ch + c] : 0.0f));
                     }
                 }
             }
+            tables[k]->conv_rows(all[0], win2, x, n_steps, n_ch, w, n_ch, d_conv);
+            assert_memory_equal(all, first, sizeof all);
+            assert_memory_equal(win2, win, sizeof(float) * (size_t)(n_ch * keep));
             free(win);
+            free(win2);
         }
         free(w);
         free(x);

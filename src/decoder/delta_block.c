@@ -42,14 +42,23 @@ static void conv_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     fx_par_range(conv_dim, w->ith, w->nth, 16, &b, &e);
     if (b == e)
         return;
-    for (int64_t i = 0; i < c->n; i++) {
+    for (int64_t i = 0, n; i < c->n; i += n) {
+        /* A run of consecutive positions of one sequence, up to a row whose window is kept. */
+        int32_t pos = fx_kv_step_pos(&c->kv, i);
+        for (n = 1;
+             i + n < c->n && !fx_fwd_snap(c->f, c->row0 + i + n - 1) &&
+             fx_kv_step_same_seq(&c->kv, i, i + n) && fx_kv_step_pos(&c->kv, i + n) == pos + n;
+             n++)
+            ;
         float *win = fx_rstate_conv(fx_kv_step_rstate(&c->kv, i), l->rec_il) + b * (d_conv - 1);
-        if (fx_kv_step_pos(&c->kv, i) == 0)
+        if (pos == 0)
             memset(win, 0, (size_t)((e - b) * (d_conv - 1)) * sizeof(float));
         float *out = s->rconv + i * conv_dim + b;
-        k->conv_step(out, win, s->rqkv + i * conv_dim + b, l->ssm_conv + b * d_conv, e - b, d_conv);
-        k->act[FX_ACT_SILU](out, out, e - b);
-        const struct fx_rstate *snap = fx_fwd_snap(c->f, c->row0 + i);
+        k->conv_rows(out, win, s->rqkv + i * conv_dim + b, n, conv_dim, l->ssm_conv + b * d_conv,
+                     e - b, d_conv);
+        for (int64_t r = 0; r < n; r++)
+            k->act[FX_ACT_SILU](out + r * conv_dim, out + r * conv_dim, e - b);
+        const struct fx_rstate *snap = fx_fwd_snap(c->f, c->row0 + i + n - 1);
         if (snap)
             memcpy(fx_rstate_conv(snap, l->rec_il) + b * (d_conv - 1), win,
                    (size_t)((e - b) * (d_conv - 1)) * sizeof(float));

@@ -74,7 +74,7 @@ static void merge(struct fx_kernels *t, const struct fx_kernels *over,
     TAKE(kv_load);
     TAKE(argmax);
     TAKE(l2_norm);
-    TAKE(conv_step);
+    TAKE(conv_rows);
     TAKE(delta_rows);
 #undef TAKE
     for (int a = 0; a < FX_ACT_COUNT; a++) {

@@ -66,7 +66,7 @@ const struct fx_kernels fx_kernels_generic = {
     .kv_load = fx_kv_load_generic,
     .argmax = fx_argmax_generic,
     .l2_norm = fx_l2_norm_generic,
-    .conv_step = fx_conv_step_generic,
+    .conv_rows = fx_conv_rows_generic,
     .delta_rows = fx_delta_rows_generic,
 };
 

@@ -157,8 +157,8 @@ int64_t fx_argmax_generic(const float *x, int64_t n);
 void fx_sigmoid_generic(float *out, const float *x, int64_t n);
 void fx_sigmoid_glu_generic(float *out, const float *g, const float *u, int64_t n);
 void fx_l2_norm_generic(float *out, const float *x, int64_t n, float eps);
-void fx_conv_step_generic(float *out, float *win, const float *x, const float *w, int64_t n_ch,
-                          int32_t d_conv);
+void fx_conv_rows_generic(float *out, float *win, const float *x, int64_t n, int64_t stride,
+                          const float *w, int64_t n_ch, int32_t d_conv);
 void fx_delta_rows_generic(const struct fx_delta_state *st, int32_t r0, int32_t n, const float *q,
                            const float *k, const float *v, int64_t in_stride, const float *g,
                            const float *beta, float scale, float *out, int64_t out_stride,

@@ -31,22 +31,23 @@ void fx_l2_norm_generic(float *out, const float *x, int64_t n, float eps) {
         out[i] = x[i] * scale;
 }
 
-void fx_conv_step_generic(float *out, float *win, const float *x, const float *w, int64_t n_ch,
-                          int32_t d_conv) {
+void fx_conv_rows_generic(float *out, float *win, const float *x, int64_t n, int64_t stride,
+                          const float *w, int64_t n_ch, int32_t d_conv) {
     int32_t keep = d_conv - 1;
-    for (int64_t c = 0; c < n_ch; c++) {
-        float *h = win + c * keep;
-        const float *wc = w + c * d_conv;
-        float sum = 0.0f;
-        for (int32_t t = 0; t < keep; t++)
-            sum += wc[t] * h[t];
-        sum += wc[keep] * x[c];
-        if (keep > 0) {
-            memmove(h, h + 1, (size_t)(keep - 1) * sizeof(float));
-            h[keep - 1] = x[c];
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t c = 0; c < n_ch; c++) {
+            float *h = win + c * keep, xc = x[r * stride + c];
+            const float *wc = w + c * d_conv;
+            float sum = 0.0f;
+            for (int32_t t = 0; t < keep; t++)
+                sum += wc[t] * h[t];
+            sum += wc[keep] * xc;
+            for (int32_t t = 0; t + 1 < keep; t++)
+                h[t] = h[t + 1];
+            if (keep > 0)
+                h[keep - 1] = xc;
+            out[r * stride + c] = sum;
         }
-        out[c] = sum;
-    }
 }
 
 static float dot(const float *a, const float *b, int64_t n) {
@@ -63,15 +64,15 @@ static void axpy(float *y, const float *x, float a, int64_t n) {
 }
 
 /* The chunk's rows folded into M0 (kernels.h): M0 <- e^G_last M0 + sum_s e^(G_last - G_s) k_s
- * u_s^T, column by column. */
+ * u_s^T, row by row. */
 static void fold_chunk(const struct fx_delta_state *st, int64_t d) {
     float g_last = st->gs[FX_DELTA_CHUNK - 1], decay = expf(g_last);
-    for (int64_t j = 0; j < d; j++) {
-        float *m = st->m0 + j * d;
-        for (int64_t i = 0; i < d; i++)
-            m[i] *= decay;
+    for (int64_t i = 0; i < d; i++) {
+        float *m = st->m0 + i * d;
+        for (int64_t j = 0; j < d; j++)
+            m[j] *= decay;
         for (int32_t s = 0; s < FX_DELTA_CHUNK; s++)
-            axpy(m, st->ks + s * d, expf(g_last - st->gs[s]) * st->us[s * d + j], d);
+            axpy(m, st->us + s * d, expf(g_last - st->gs[s]) * st->ks[s * d + i], d);
     }
 }
 
@@ -79,12 +80,13 @@ void fx_delta_rows_generic(const struct fx_delta_state *st, int32_t r0, int32_t 
                            const float *k, const float *v, int64_t in_stride, const float *g,
                            const float *beta, float scale, float *out, int64_t out_stride,
                            float *work, int64_t d) {
-    /* work[r] = [M0^T k_r | M0^T q_r]: each column of M0 read once for every row. */
-    for (int64_t j = 0; j < d; j++) {
-        const float *m = st->m0 + j * d;
+    /* work[r] = [M0^T k_r | M0^T q_r]: M0's rows in order, each scaled into every row's sums. */
+    memset(work, 0, (size_t)(n * 2 * d) * sizeof(float));
+    for (int64_t i = 0; i < d; i++) {
+        const float *m = st->m0 + i * d;
         for (int32_t r = 0; r < n; r++) {
-            work[r * 2 * d + j] = dot(m, k + r * in_stride, d);
-            work[r * 2 * d + d + j] = dot(m, q + r * in_stride, d);
+            axpy(work + r * 2 * d, m, k[r * in_stride + i], d);
+            axpy(work + r * 2 * d + d, m, q[r * in_stride + i], d);
         }
     }
     for (int32_t r = 0; r < n; r++) {

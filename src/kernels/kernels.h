@@ -167,7 +167,7 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
 /* One head's state in that form: floats fx_delta_state_floats(d), laid out by
  * fx_delta_state_at. */
 struct fx_delta_state {
-    float *m0; /* [d][d] M0 by columns: m0[j * d + i] = M0[i][j] */
+    float *m0; /* [d][d] M0 by rows, m0[i * d + j] = M0[i][j]: vectors run along j */
     float *ks; /* [FX_DELTA_CHUNK][d] the chunk's keys so far */
     float *us; /* [FX_DELTA_CHUNK][d] their u */
     float *gs; /* [FX_DELTA_CHUNK] their G */
@@ -246,12 +246,13 @@ struct fx_kernels {
 
     /* out = x / max(||x||_2, eps); out may be x. */
     void (*l2_norm)(float *out, const float *x, int64_t n, float eps);
-    /* One step of a depthwise causal conv over n_ch channels with d_conv taps: for channel c,
+    /* n steps of a depthwise causal conv over n_ch channels with d_conv taps, one per row of x
+     * (rows stride floats apart, as out's): for channel c of a row,
      *   out[c] = sum_t w[c][t] * win[c][t] (t < d_conv - 1, oldest first) + w[c][d_conv-1] * x[c]
-     * taps summed in that order, then win[c] drops its oldest input and takes x[c].
-     * w is [n_ch][d_conv], win [n_ch][d_conv - 1]. */
-    void (*conv_step)(float *out, float *win, const float *x, const float *w, int64_t n_ch,
-                      int32_t d_conv);
+     * taps summed in that order, then win[c] drops its oldest input and takes x[c]. A row's
+     * bits do not depend on n. w is [n_ch][d_conv], win [n_ch][d_conv - 1]. */
+    void (*conv_rows)(float *out, float *win, const float *x, int64_t n, int64_t stride,
+                      const float *w, int64_t n_ch, int32_t d_conv);
     /* Rows r0..r0+n-1 (r0 + n <= FX_DELTA_CHUNK) of one chunk of the gated delta rule for one
      * head (struct fx_delta_state); row r reads q, k, v at + r * in_stride, its log decay g[r]
      * (<= 0) and beta[r], and writes out + r * out_stride. work: [n][2 d] floats. See

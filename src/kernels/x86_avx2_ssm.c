@@ -1,8 +1,7 @@
-/* AVX2 chunked delta rule of the Gated DeltaNet layers (kernels.h, delta_rows): the generic
- * kernel's steps, each dot product and scaled add eight keys or values at a time with fused
- * multiply-adds (tails under masks). Every dot has one accumulation order whatever the number of
- * rows of the call, so a row gets the same bits alone or in a batch; the order differs from the
- * generic kernel's, so the tables agree within the kernel tests' tolerance. */
+/* AVX2 chunked delta rule of the Gated DeltaNet layers (kernels.h, delta_rows): the shared
+ * register-tiled body (x86_delta_rows.h) eight values at a time, tails under masks. Its sums
+ * run in another order than the generic kernel's, so the tables agree within the kernel tests'
+ * tolerance. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx2.h"
@@ -26,19 +25,32 @@ FX_INLINE float dot(const float *a, const float *b, int64_t n) {
     return hsum8(acc);
 }
 
-/* y = y * s + a * x (s = 1: a scaled add). */
-FX_INLINE void scale_add(float *y, float s, const float *x, float a, int64_t n) {
-    __m256 vs = _mm256_set1_ps(s), va = _mm256_set1_ps(a);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), va,
-                                                _mm256_mul_ps(_mm256_loadu_ps(y + i), vs)));
-    if (i < n) {
-        __m256i m = lanes8((int)(n - i));
-        _mm256_maskstore_ps(y + i, m,
-                            _mm256_fmadd_ps(_mm256_maskload_ps(x + i, m), va,
-                                            _mm256_mul_ps(_mm256_maskload_ps(y + i, m), vs)));
-    }
+typedef __m256 vf;
+#define VW 8
+#define PJ 2 /* 8 accumulators and 2 loads of the 16 registers */
+#define RJ 4
+
+FX_INLINE vf vload(const float *p, int64_t n) {
+    return n >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, lanes8(n > 0 ? (int)n : 0));
+}
+
+FX_INLINE void vstore(float *p, vf x, int64_t n) {
+    if (n >= 8)
+        _mm256_storeu_ps(p, x);
+    else
+        _mm256_maskstore_ps(p, lanes8(n > 0 ? (int)n : 0), x);
+}
+
+FX_INLINE vf vset1(float x) {
+    return _mm256_set1_ps(x);
+}
+
+FX_INLINE vf vfma(vf a, vf b, vf c) {
+    return _mm256_fmadd_ps(a, b, c);
+}
+
+FX_INLINE vf vmul(vf a, vf b) {
+    return _mm256_mul_ps(a, b);
 }
 
 #include "kernels/x86_delta_rows.h"

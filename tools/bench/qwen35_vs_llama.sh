@@ -23,7 +23,7 @@
 #    (build/profile, made here with `make BUILD=build/profile`): DWARF unwinding cannot climb
 #    out of the packed matmul's 59 KB stack frame, and would credit no layer with its matmuls.
 #  - both engines: the self samples of the kernels only one kind of layer runs, the delta-rule
-#    recurrence with the causal conv (ferrox's *delta_rows* and *conv_step*, llama.cpp's
+#    recurrence with the causal conv (ferrox's *delta_rows* and *conv_rows*, llama.cpp's
 #    ggml_compute_forward_gated_delta_net and _ssm_conv) against attention itself (ferrox's
 #    fx_attn_run and fx_attn_finish, llama.cpp's flash_attn_ext or soft_max): for ferrox as a
 #    share of its forward pass, for llama.cpp of the samples in its operators (libggml-cpu; its
@@ -110,7 +110,7 @@ for m in $models; do
                    "%d layers, %.0f us per token per layer\n",
                    m, p, tps, k, 100 * s / f, c, 1e6 / tps * (s / f) / c }'
     done
-    awk -v m="$m" -v f="$fwd" -v d="$(self_sum "$out/ferrox.self" 'delta_rows|conv_step')" \
+    awk -v m="$m" -v f="$fwd" -v d="$(self_sum "$out/ferrox.self" 'delta_rows|conv_rows')" \
         -v a="$(self_sum "$out/ferrox.self" 'fx_attn_(run|finish)')" 'BEGIN {
         printf "%s ferrox kernels: recurrence+conv %.1f%%, attention %.1f%% of the forward " \
                "pass\n", m, 100 * d / f, 100 * a / f }'
