@@ -283,7 +283,8 @@ FX_TEST(kv_state_refuses_damaged_files) {
     } flips[] = {
         {0, 0x01, "not a ferrox state file"},
         {7, 0x80, "not a ferrox state file"},
-        {8, 0x02, "version 3 is not supported"},
+        {8, 0x04, "version 5 is not supported"},
+        {8, 0x03, "version 2 holds a recurrent state in an older build"},
         {8, 0x01, "version 0 is not supported"},
         {12, 0x01, "checksum"},             /* architecture name */
         {12 + 31, 0x41, "checksum"},        /* its NUL padding */
@@ -350,16 +351,16 @@ FX_TEST(kv_state_refuses_damaged_files) {
     expect_refused(&v, bad_path, FX_ERR_FORMAT, "architecture name is not terminated",
                    "forged architecture name");
     memcpy(bytes + 12, arch, 32);
+    put_le32(bytes + 8, 4);
+    reseal(bytes, size);
+    fx_test_write_file(bad_path, bytes, size);
+    expect_refused(&v, bad_path, FX_ERR_FORMAT, "version 4 is not supported", "version 4");
+    /* Version 3 is a file with a recurrent state: one that declares none is damaged. */
     put_le32(bytes + 8, 3);
     reseal(bytes, size);
     fx_test_write_file(bad_path, bytes, size);
-    expect_refused(&v, bad_path, FX_ERR_FORMAT, "version 3 is not supported", "version 3");
-    /* Version 2 is a file with a recurrent state: one that declares none is damaged. */
-    put_le32(bytes + 8, 2);
-    reseal(bytes, size);
-    fx_test_write_file(bad_path, bytes, size);
-    expect_refused(&v, bad_path, FX_ERR_FORMAT, "version 2 file without a recurrent state",
-                   "version 2 without a state");
+    expect_refused(&v, bad_path, FX_ERR_FORMAT, "version 3 file without a recurrent state",
+                   "version 3 without a state");
 
     /* Not there, or not a file. */
     expect_refused(&v, fx_test_tmpfile("missing.state"), FX_ERR_NOT_FOUND, "cannot open",

@@ -231,12 +231,20 @@ FX_TEST(qwen35_fork_matches_parent) {
     fx_model_free(m);
 }
 
-/* Saved state (kv/state.h, version 2) carries the recurrent state: a context's 45 positions
+/* The checksum at the end of a state file of `size` bytes, after bytes before it were edited. */
+static void reseal_file(uint8_t *bytes, size_t size) {
+    uint64_t c = fx_kv_state_crc64(0, bytes, size - 8);
+    for (int i = 0; i < 8; i++)
+        bytes[size - 8 + i] = (uint8_t)(c >> (8 * i));
+}
+
+/* Saved state (kv/state.h, version 3) carries the recurrent state: a context's 45 positions
  * saved and loaded into a fresh context for a prompt that continues them, and a pool sequence
  * saved and loaded into a pool, continue exactly as the sequence they came from (logits and
  * states memcmp); a file saved from a context loads into a pool. A prompt that leaves the saved
- * tokens early loads nothing (the state is that of all of them), and a version 1 file, which has
- * no recurrent state, is refused for this model. */
+ * tokens early loads nothing (the state is that of all of them); a version 1 file, which has
+ * no recurrent state, is refused for this model, and so is a version 2 file (an older build's
+ * layout of the delta-rule states). */
 FX_TEST(qwen35_state_save_load) {
     struct fx_model *m = load();
     enum { P = 45, N = 48 };
@@ -294,13 +302,16 @@ FX_TEST(qwen35_state_save_load) {
     uint8_t *bytes = (uint8_t *)fx_test_read_file(saved, &size);
     uint32_t rec = (uint32_t)bytes[92] | (uint32_t)bytes[93] << 8 | (uint32_t)bytes[94] << 16 |
                    (uint32_t)bytes[95] << 24;
-    assert_true(bytes[8] == 2 && rec > 0);
+    assert_true(bytes[8] == 3 && rec > 0);
+    bytes[8] = 2;
+    reseal_file(bytes, size);
+    fx_test_write_file(saved2, bytes, size);
+    assert_int_equal(fx_context_state_load(dst, saved2, toks, N, &n_loaded, &err), FX_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "older build's layout"));
     size_t v1 = size - 4 * (size_t)rec;
     bytes[8] = 1;
     memset(bytes + 92, 0, 4);
-    uint64_t c = fx_kv_state_crc64(0, bytes, v1 - 8);
-    for (int i = 0; i < 8; i++)
-        bytes[v1 - 8 + i] = (uint8_t)(c >> (8 * i));
+    reseal_file(bytes, v1);
     fx_test_write_file(saved2, bytes, v1);
     assert_int_equal(fx_context_state_load(dst, saved2, toks, N, &n_loaded, &err),
                      FX_ERR_INVALID_ARG);

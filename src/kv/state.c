@@ -150,7 +150,7 @@ struct header {
     uint64_t fingerprint;
     uint32_t type_k, type_v;
     uint32_t n;
-    uint32_t rec_floats; /* version 2: floats of the recurrent state; 0 in version 1 */
+    uint32_t rec_floats; /* version 3: floats of the recurrent state; 0 in version 1 */
 };
 
 static void put_le32(uint8_t *p, uint32_t v) {
@@ -198,12 +198,12 @@ static uint64_t rec_floats(const struct fx_model *m) {
     return (uint64_t)m->hp.n_layer_rec * (uint64_t)(conv + ssm);
 }
 
-/* The identity of model m, with the KV types of p and n positions: version 2 with the size of
+/* The identity of model m, with the KV types of p and n positions: version 3 with the size of
  * the recurrent state for hybrid models, version 1 for the others. */
 static struct header model_header(const struct fx_model *m, const struct place *p, int32_t n) {
     const struct fx_hparams *hp = &m->hp;
     uint64_t r = rec_floats(m);
-    struct header h = {.version = r ? 2u : 1u,
+    struct header h = {.version = r ? 3u : 1u,
                        .dims = {(uint32_t)hp->n_layer_kv, (uint32_t)hp->n_embd,
                                 (uint32_t)hp->n_head, (uint32_t)hp->n_head_kv,
                                 (uint32_t)hp->head_dim, (uint32_t)hp->head_dim_v,
@@ -381,9 +381,15 @@ static fx_status parse_header(const uint8_t *b, uint64_t size, struct state *s,
     if (h->version == 1 && h->rec_floats != 0)
         return fx_error_set(err, FX_ERR_FORMAT, OFF_REC,
                             "state file is damaged: reserved field is %u, not 0", h->rec_floats);
-    if (h->version == 2 && h->rec_floats == 0)
+    /* Version 2 held the delta-rule states transposed (an older build's layout): read as
+     * version 3 they would be wrong, not refused. */
+    if (h->version == 2)
+        return fx_error_set(err, FX_ERR_FORMAT, OFF_VERSION,
+                            "state file version 2 holds a recurrent state in an older build's "
+                            "layout, which this build does not read (evaluate the prompt again)");
+    if (h->version == 3 && h->rec_floats == 0)
         return fx_error_set(err, FX_ERR_FORMAT, OFF_REC,
-                            "state file is damaged: a version 2 file without a recurrent state");
+                            "state file is damaged: a version 3 file without a recurrent state");
     if (h->n > INT32_MAX)
         return fx_error_set(err, FX_ERR_FORMAT, OFF_N,
                             "state file is damaged: %u positions is more than any context", h->n);

@@ -9,7 +9,8 @@
  *
  *   offset  bytes           field
  *        0  8               magic "FXKVSTAT"
- *        8  4               version: 1 without a recurrent state, 2 with one
+ *        8  4               version: 1 without a recurrent state, 3 with one (2: an older
+ *                           build's, whose delta-rule states were stored transposed; refused)
  *       12  32              architecture name, NUL-padded (at most 31 bytes)
  *       44  4 x 7           n_layer, n_embd, n_head, n_head_kv, head_dim, head_dim_v, n_vocab
  *                           (n_layer: the layers that keep K and V rows, the attention layers
@@ -17,17 +18,17 @@
  *       72  8               the model's fingerprint (fx_model_fingerprint)
  *       80  4 + 4           K type, V type (ggml type ids: F32, F16 or Q8_0)
  *       88  4               n, the positions saved
- *       92  4               r: floats of the recurrent state (version 2, > 0); 0 in version 1
+ *       92  4               r: floats of the recurrent state (version 3, > 0); 0 in version 1
  *       96  4 n             the token ids of positions 0..n-1 (int32)
  *           ...             K rows: [n_layer][n_head_kv][n][K row bytes], as the cache stores them
  *           ...             V rows: [n_layer][n_head_kv][n][V row bytes]
- *           4 r             version 2: the recurrent state as kv/recurrent.h holds it, f32: every
+ *           4 r             version 3: the recurrent state as kv/recurrent.h holds it, f32: every
  *                           layer's conv window, then every layer's delta-rule states
  *      end  8               CRC-64/XZ of every byte before it
  *
- * Files of models without a recurrent state are version 1, byte for byte as before version 2
- * existed. A recurrent state is that of the whole saved sequence: a load that would keep fewer
- * than its n positions (a prompt that diverges, or ends, earlier) loads nothing of it.
+ * Files of models without a recurrent state are version 1, byte for byte as before the recurrent
+ * state existed. A recurrent state is that of the whole saved sequence: a load that would keep
+ * fewer than its n positions (a prompt that diverges, or ends, earlier) loads nothing of it.
  *
  * The file's size follows from its header; a reader checks that equality (overflow-checked), the
  * checksum, then the identity, before it changes anything. */
@@ -40,7 +41,7 @@
 #include "ferrox.h"
 
 #define FX_KV_STATE_MAGIC   "FXKVSTAT"
-#define FX_KV_STATE_VERSION 2u  /* the newest this build writes and reads */
+#define FX_KV_STATE_VERSION 3u  /* the newest this build writes and reads */
 #define FX_KV_STATE_HEADER  96u /* bytes before the token ids */
 
 /* CRC-64/XZ (ECMA-182 polynomial, reflected, initial value and final xor all ones): crc is the
