@@ -480,6 +480,11 @@ fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *t
 /* Prefill: the same evaluation, logits of the last token only; logits: [n_vocab]. */
 fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                 int32_t pos0, float *logits, struct fx_error *err);
+/* The same, plus the final normed hidden state of every row (a drafter that conditions on them
+ * catching up with a prompt); hidden: [n][n_embd]. The logits have the bits of the above. */
+fx_status fx_forward_batch_last_with_hidden(struct fx_context *ctx, const fx_token *tokens,
+                                            int32_t n, int32_t pos0, float *logits, float *hidden,
+                                            struct fx_error *err);
 /* Final normed hidden states only (embeddings); hidden: [n][n_embd]. */
 fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                   int32_t pos0, float *hidden, struct fx_error *err);
@@ -495,6 +500,33 @@ fx_status fx_forward_mtp(struct fx_context *ctx, const fx_token *tokens, const f
                          struct fx_error *err);
 /* Positions currently held by the context's MTP cache. */
 int32_t fx_context_mtp_len(const struct fx_context *ctx);
+/* Keeps the first n positions of the MTP cache (n <= fx_context_mtp_len): after a verify step,
+ * the rows that read rejected drafts. The trunk's cache is not touched. */
+fx_status fx_context_mtp_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err);
+
+/* The outputs of fx_forward_verify_mtp, for a call of n rows. */
+struct fx_verify_mtp_out {
+    float *logits;     /* [n][n_vocab] the trunk's, as fx_forward_verify's */
+    float *hidden;     /* [n][n_embd] the trunk's final normed hidden states */
+    fx_token *argmax;  /* [n] the trunk's greedy token of each row (the largest logit, ties to
+                        * the lowest id): the token the head's row reads */
+    float *mtp_logits; /* [n][n_vocab] row i: the head's prediction of the token after argmax[i] */
+    float *mtp_hidden; /* [n][n_embd] the head's hidden output (to chain drafts on), or NULL */
+};
+/* A verify step with the MTP head folded in (speculative decoding with the model's own head):
+ * fx_forward_verify over n rows at pos0..pos0+n-1 (the same bits, the same snapshots), then, in
+ * the same entry of the worker pool, the head over n rows at MTP positions pos0+1..pos0+n, row i
+ * reading (argmax[i], hidden[i]): the trunk's own greedy token for the position after row i and
+ * row i's hidden state, the pairing fx_forward_mtp documents. When the token kept after row i is
+ * argmax[i] (always at temperature 0), mtp_logits row i is the head's draft for the position
+ * after it, with no further pass; rows after the last one kept read rejected drafts and are cut
+ * with fx_context_mtp_truncate, and a row whose kept token differs from argmax[i] is computed
+ * again with fx_forward_mtp. The MTP cache must hold position pos0 (fx_context_mtp_len >= pos0 +
+ * 1; rows after it are dropped), and pos0 + n < n_ctx. Afterwards the trunk's cache holds pos0 + n
+ * positions and the MTP cache pos0 + n + 1. */
+fx_status fx_forward_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                int32_t pos0, const struct fx_verify_mtp_out *out,
+                                struct fx_error *err);
 
 /* Saved state (llama.cpp's --prompt-cache and slot save): the keys and values of a sequence's
  * first n positions and their token ids in one file, with the identity of the model they were

@@ -150,6 +150,12 @@ struct fx_fwd {
     /* [n - 1] where the recurrent state after each row but the last is copied (a verify step of
      * a hybrid model), or NULL: no snapshots. */
     struct fx_rstate *snap;
+    /* A second call run after this one in the same pool entry, or NULL: the MTP head over the
+     * rows of a verify step (fx_forward_verify_mtp). Between the two, each of this call's logits
+     * rows has its argmax written to argmax ([n]), which is the second call's tokens; its hidden
+     * inputs are this call's hidden rows. */
+    const struct fx_fwd *then;
+    fx_token *argmax;
 };
 
 /* Where the recurrent state after row i of call f is to be copied, or NULL. */
@@ -186,6 +192,13 @@ fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
 fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
                              int64_t n, int32_t pos0, float *logits, float *hidden,
                              struct fx_fwd *out, struct fx_error *err);
+/* A verify step over the context's contiguous cache whose rows the MTP head then reads, at MTP
+ * positions pos0 + 1 .. pos0 + n (fx_forward_verify_mtp): trunk is prepared, mtp is prepared and
+ * linked as trunk.then. */
+fx_status fx_fwd_prepare_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                                    int32_t pos0, float *logits, float *hidden, fx_token *argmax,
+                                    float *mtp_logits, float *mtp_hidden, struct fx_fwd *trunk,
+                                    struct fx_fwd *mtp, struct fx_error *err);
 /* The forward body every worker runs (one fx_par_run). */
 void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache or the sequences are filled. */
