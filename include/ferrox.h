@@ -805,8 +805,16 @@ fx_status fx_drafter_ngram_create(const struct fx_drafter_ngram_params *params,
 fx_status fx_drafter_model_create(const struct fx_model *target, const struct fx_model *draft,
                                   const struct fx_context_params *cp, struct fx_drafter **out,
                                   struct fx_error *err);
+/* The model's own multi-token-prediction head (fx_model_n_nextn > 0; Qwen3.5's NextN block),
+ * inside the target's context ctx (borrowed; the head's cache is part of it), which fx_spec must
+ * then run on: every step's forward pass is fx_forward_verify_mtp, whose folded head rows give
+ * the next step's first draft; further drafts chain through the head's hidden output (one
+ * fx_forward_mtp row each). Prompts are evaluated through fx_spec_prefill, which keeps the
+ * trunk's hidden rows and catches the head up. FX_ERR_UNSUPPORTED for a model without a head. */
+fx_status fx_drafter_mtp_create(struct fx_context *ctx, struct fx_drafter **out,
+                                struct fx_error *err);
 void fx_drafter_free(struct fx_drafter *d);
-/* "ngram" or "draft". */
+/* "ngram", "draft" or "mtp". */
 const char *fx_drafter_name(const struct fx_drafter *d);
 
 /* Proposes up to k (>= 0) tokens to follow seq[0..n_seq) into draft[0..*n_draft). Entries of
@@ -840,10 +848,18 @@ void fx_spec_free(struct fx_spec *s);
 /* Receives each token a step yields, in order; setting *stop ends the step after this token. */
 typedef fx_status (*fx_spec_emit_fn)(void *user, fx_token token, bool *stop, struct fx_error *err);
 
+/* Evaluates a prompt (or the rest of one) seq[pos0..n_seq) at positions pos0.. of the context,
+ * as fx_forward_batch_last: logits [n_vocab] of its last row. A drafter that reads the target's
+ * hidden states (the MTP head) sees them on the way and catches up; for the others this is
+ * fx_forward_batch_last itself. */
+fx_status fx_spec_prefill(struct fx_spec *s, const fx_token *seq, int32_t n_seq, int32_t pos0,
+                          float *logits, struct fx_error *err);
+
 /* One decoding step. seq[0..n_seq) is the sequence; its last token has been sampled (and
  * accepted by the sampler) but not evaluated: fx_context_kv_len(ctx) == n_seq - 1. The step
  * drafts up to k tokens (k <= n_max - 1 when n_max > 0, and within the context), evaluates [last,
- * drafts] in one fx_forward_batch (one fx_forward_token when nothing is drafted), then for each
+ * drafts] in one fx_forward_batch (one fx_forward_token when nothing is drafted; with the MTP
+ * drafter one fx_forward_verify_mtp either way), then for each
  * row in order samples its token (fx_sampler_sample_draft), accepts it into the sampler and hands
  * it to emit, until a token differs from its draft, the rows run out, or emit says stop. The cache
  * then holds the sequence and every yielded token except the last (rejected rows rolled back);

@@ -3,8 +3,11 @@
  * The folded verify step (fx_forward_verify_mtp) against the same work done by separate calls:
  * the trunk's logits and hidden rows of fx_forward_batch_with_hidden, the head's logits and hidden
  * rows of fx_forward_mtp fed the trunk's argmax and hidden rows, memcmp-equal, in one pool entry;
- * its first MTP row against llama.cpp's golden for the draft position after the prompt. Then the
- * text: greedy output with --spec mtp equals plain decoding, through the library and the CLI. */
+ * its first MTP row against llama.cpp's golden for the draft position after the prompt. Then
+ * speculation with the head: greedy output equals plain decoding through the library, with the
+ * head's own drafts and with drafts that are kept for several rows, after which the head's cache
+ * is the one plain bookkeeping builds, bit for bit; and through `ferrox run` and `ferrox chat`,
+ * greedy and seeded sampling, whatever the thread count. */
 #include "fx_test.h"
 #include "golden.h"
 
@@ -12,7 +15,9 @@
 #include <string.h>
 
 #include "core/par.h"
+#include "decoder/decoder.h"
 #include "ferrox.h"
+#include "spec/drafter.h"
 
 #define TOL 1e-4 /* as test_qwen35_mtp.c: the measured noise of llama.cpp's MTP goldens */
 
@@ -173,5 +178,203 @@ FX_TEST(qwen35_mtp_spec_folded_refusals) {
     assert_int_equal(fx_forward_verify_mtp(ctx, t, 2, 0, &out, &err), FX_OK);
     assert_int_equal(fx_context_mtp_len(ctx), 3);
     fx_context_free(ctx);
+    fx_model_free(m);
+}
+
+/* ---- speculation ------------------------------------------------------------------------- */
+
+static const char *const MODELS[] = {"qwen35-tiny.F32", "qwen35-tiny.Q8_0", "qwen35moe-tiny.F32"};
+
+static struct fx_model *load_model(const char *name) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "qwen35/models/%s.gguf", name);
+    struct fx_model *m;
+    struct fx_error err;
+    if (fx_model_load(fx_test_fixture(rel), NULL, &m, &err) != FX_OK)
+        fail_msg("%s: %s", rel, err.msg);
+    return m;
+}
+
+/* A drafter over the MTP drafter that knows the greedy text: the MTP drafter proposes (catching
+ * its head up and chaining, as it always does) and runs every forward pass, but the proposal is
+ * replaced by the greedy text spoiled at a place that moves on with every call (none, then after
+ * 0, 1, ... right tokens), so that drafts are kept for several rows. */
+struct oracle {
+    struct fx_drafter base;
+    struct fx_drafter *mtp;
+    const fx_token *text;
+    int32_t n_text, calls, n_vocab;
+};
+
+static fx_status oracle_propose(struct fx_drafter *d, const fx_token *seq, int32_t n_seq, int32_t k,
+                                fx_token *draft, int32_t *n_draft, struct fx_error *err) {
+    struct oracle *o = (struct oracle *)d;
+    fx_status st = o->mtp->ops->propose(o->mtp, seq, n_seq, k, draft, n_draft, err);
+    int32_t bad = o->calls++ % (*n_draft + 1); /* n_draft: no spoiled draft */
+    int32_t m = 0;
+    for (; m < *n_draft && n_seq + m < o->n_text; m++)
+        draft[m] = m == bad ? (o->text[n_seq + m] + 1) % o->n_vocab : o->text[n_seq + m];
+    *n_draft = m;
+    return st;
+}
+
+static fx_status oracle_verify(struct fx_drafter *d, const fx_token *seq, int32_t n_seq,
+                               const fx_token *rows, int32_t n, float *logits,
+                               struct fx_error *err) {
+    struct oracle *o = (struct oracle *)d;
+    return o->mtp->ops->verify(o->mtp, seq, n_seq, rows, n, logits, err);
+}
+
+static fx_status oracle_prefill(struct fx_drafter *d, const fx_token *seq, int32_t n_seq,
+                                int32_t pos0, float *logits, struct fx_error *err) {
+    struct oracle *o = (struct oracle *)d;
+    return o->mtp->ops->prefill(o->mtp, seq, n_seq, pos0, logits, err);
+}
+
+static const struct fx_drafter_ops oracle_ops = {.name = "oracle",
+                                                 .propose = oracle_propose,
+                                                 .verify = oracle_verify,
+                                                 .prefill = oracle_prefill};
+
+struct collect {
+    fx_token *out;
+    int32_t n;
+};
+
+static fx_status collect(void *user, fx_token token, bool *stop, struct fx_error *err) {
+    (void)stop;
+    (void)err;
+    struct collect *c = user;
+    c->out[c->n++] = token;
+    return FX_OK;
+}
+
+enum { P = 10, G = 60 };
+
+/* Greedy decoding of text[0..P) on to P + G tokens with speculation over drafter d (whose
+ * context is ctx); fails unless the tokens are text's. */
+static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_token *text,
+                      struct fx_spec_stats *stats) {
+    int32_t nv = fx_model_n_vocab(fx_context_model(ctx));
+    struct fx_error err;
+    struct fx_spec_params sp = fx_spec_default_params();
+    sp.draft_max = 4;
+    sp.adaptive = false;
+    struct fx_spec *s;
+    assert_int_equal(fx_spec_create(ctx, d, &sp, &s, &err), FX_OK);
+    struct fx_sampler_params smp_p = fx_sampler_default_params();
+    smp_p.temperature = 0;
+    struct fx_sampler *smp;
+    assert_int_equal(fx_sampler_create(nv, &smp_p, &smp, &err), FX_OK);
+    fx_token seq[P + G];
+    float *logits = malloc(sizeof(float) * (size_t)nv);
+    assert_non_null(logits);
+    memcpy(seq, text, sizeof(fx_token) * P);
+    /* The prompt but its last token, which the first step evaluates. */
+    assert_int_equal(fx_spec_prefill(s, seq, P - 1, 0, logits, &err), FX_OK);
+    int32_t n_seq = P;
+    while (n_seq < P + G) {
+        struct collect c = {seq + n_seq, 0};
+        assert_int_equal(fx_spec_step(s, smp, seq, n_seq, P + G - n_seq, collect, &c, NULL, &err),
+                         FX_OK);
+        n_seq += c.n;
+    }
+    assert_memory_equal(seq, text, sizeof seq);
+    fx_spec_stats(s, stats);
+    free(logits);
+    fx_spec_free(s);
+    fx_sampler_free(smp);
+}
+
+/* The keys and values of the head's layer at MTP positions 0..n-1 of a and b are the same bits. */
+static void assert_same_mtp_cache(const struct fx_context *a, const struct fx_context *b,
+                                  int32_t n) {
+    const struct fx_model *m = a->model;
+    int kl = m->layers[m->hp.n_layer].kv_il;
+    assert_true(fx_context_mtp_len(a) >= n && fx_context_mtp_len(b) >= n);
+    for (int g = 0; g < a->kv.n_head_kv; g++) {
+        assert_memory_equal(fx_kv_contig_k(&a->kv, kl, g, 0), fx_kv_contig_k(&b->kv, kl, g, 0),
+                            (size_t)n * a->kv.k_row);
+        assert_memory_equal(fx_kv_contig_v(&a->kv, kl, g, 0), fx_kv_contig_v(&b->kv, kl, g, 0),
+                            (size_t)n * a->kv.v_row);
+    }
+}
+
+FX_TEST(qwen35_mtp_spec_library_equals_plain) {
+    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++) {
+        struct fx_model *m = load_model(MODELS[f]);
+        int32_t nv = fx_model_n_vocab(m), ne = fx_model_n_embd(m);
+        struct fx_error err;
+        /* The greedy text, plainly; then the trunk's hidden rows of all its positions but the
+         * last and the head over every position, as plain bookkeeping builds them. */
+        fx_token text[P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+        struct fx_context *plain = make_ctx(m, 0);
+        float *logits = malloc(sizeof(float) * (size_t)(P + G) * nv);
+        float *hin = calloc((size_t)(P + G) * ne, sizeof(float));
+        assert_true(logits && hin);
+        assert_int_equal(fx_forward_batch_last(plain, text, P, 0, logits, &err), FX_OK);
+        for (int i = P; i < P + G; i++) {
+            text[i] = fx_test_argmax(logits, nv);
+            if (i + 1 < P + G)
+                assert_int_equal(fx_forward_token(plain, text[i], i, logits, &err), FX_OK);
+        }
+        assert_int_equal(fx_context_kv_truncate(plain, 0, &err), FX_OK);
+        assert_int_equal(
+            fx_forward_batch_with_hidden(plain, text, P + G - 1, 0, logits, hin + ne, &err), FX_OK);
+        assert_int_equal(fx_forward_mtp(plain, text, hin, P + G, 0, logits, NULL, &err), FX_OK);
+        fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(P + G - 1) * nv, nv);
+
+        /* The head's own drafts (on random weights they are seldom kept). */
+        struct fx_context *ctx = make_ctx(m, 0);
+        struct fx_drafter *d;
+        struct fx_spec_stats st;
+        assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
+        assert_string_equal(fx_drafter_name(d), "mtp");
+        speculate(ctx, d, text, &st);
+        assert_true(st.drafted > 0);
+        fx_drafter_free(d);
+        fx_context_free(ctx);
+
+        /* Drafts kept for several rows: the head's cache, once caught up with the sequence, is
+         * the plain one, and so is its draft for the next position. */
+        ctx = make_ctx(m, 0);
+        assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
+        struct oracle o = {
+            .base = {&oracle_ops, ctx}, .mtp = d, .text = text, .n_text = P + G, .n_vocab = nv};
+        speculate(ctx, &o.base, text, &st);
+        print_message("  %s: %llu of %llu drafts kept, %llu verify steps\n", MODELS[f],
+                      (unsigned long long)st.accepted, (unsigned long long)st.drafted,
+                      (unsigned long long)st.verify_steps);
+        assert_true(st.accepted > 10 && st.accepted < st.drafted);
+        fx_token draft[1];
+        int32_t n_draft;
+        assert_int_equal(fx_drafter_propose(d, text, P + G, 1, draft, &n_draft, &err), FX_OK);
+        assert_int_equal(n_draft, 1);
+        assert_int_equal(draft[0], next);
+        assert_int_equal(fx_context_mtp_len(ctx), P + G);
+        assert_same_mtp_cache(ctx, plain, P + G);
+
+        fx_drafter_free(d);
+        fx_context_free(ctx);
+        fx_context_free(plain);
+        free(logits);
+        free(hin);
+        fx_model_free(m);
+    }
+}
+
+/* A drafter made for one context is refused for another. */
+FX_TEST(qwen35_mtp_spec_refuses_another_context) {
+    struct fx_model *m = load_model(MODELS[0]);
+    struct fx_context *a = make_ctx(m, 0), *b = make_ctx(m, 0);
+    struct fx_drafter *d;
+    struct fx_spec *s;
+    struct fx_error err;
+    assert_int_equal(fx_drafter_mtp_create(a, &d, &err), FX_OK);
+    assert_int_equal(fx_spec_create(b, d, NULL, &s, &err), FX_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "the mtp drafter works in another context"));
+    fx_drafter_free(d);
+    fx_context_free(a);
+    fx_context_free(b);
     fx_model_free(m);
 }
