@@ -251,9 +251,19 @@ static fx_status collect(void *user, fx_token token, bool *stop, struct fx_error
 
 enum { P = 10, G = 60 };
 
-/* Greedy decoding of text[0..P) on to P + G tokens with speculation over drafter d (whose
- * context is ctx); fails unless the tokens are text's. */
-static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_token *text,
+static struct fx_sampler *sampler(int32_t n_vocab, float temperature) {
+    struct fx_sampler_params p = fx_sampler_default_params();
+    p.temperature = temperature;
+    p.seed = 7;
+    struct fx_sampler *smp;
+    struct fx_error err;
+    assert_int_equal(fx_sampler_create(n_vocab, &p, &smp, &err), FX_OK);
+    return smp;
+}
+
+/* Decoding of text[0..P) on to P + G tokens at temperature t (seed 7) with speculation over
+ * drafter d (whose context is ctx); fails unless the tokens are text's. */
+static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_token *text, float t,
                       struct fx_spec_stats *stats) {
     int32_t nv = fx_model_n_vocab(fx_context_model(ctx));
     struct fx_error err;
@@ -262,10 +272,7 @@ static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_tok
     sp.adaptive = false;
     struct fx_spec *s;
     assert_int_equal(fx_spec_create(ctx, d, &sp, &s, &err), FX_OK);
-    struct fx_sampler_params smp_p = fx_sampler_default_params();
-    smp_p.temperature = 0;
-    struct fx_sampler *smp;
-    assert_int_equal(fx_sampler_create(nv, &smp_p, &smp, &err), FX_OK);
+    struct fx_sampler *smp = sampler(nv, t);
     fx_token seq[P + G];
     float *logits = malloc(sizeof(float) * (size_t)nv);
     assert_non_null(logits);
@@ -300,67 +307,122 @@ static void assert_same_mtp_cache(const struct fx_context *a, const struct fx_co
     }
 }
 
-FX_TEST(qwen35_mtp_spec_library_equals_plain) {
-    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++) {
-        struct fx_model *m = load_model(MODELS[f]);
-        int32_t nv = fx_model_n_vocab(m), ne = fx_model_n_embd(m);
-        struct fx_error err;
-        /* The greedy text, plainly; then the trunk's hidden rows of all its positions but the
-         * last and the head over every position, as plain bookkeeping builds them. */
-        fx_token text[P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
-        struct fx_context *plain = make_ctx(m, 0);
-        float *logits = malloc(sizeof(float) * (size_t)(P + G) * nv);
-        float *hin = calloc((size_t)(P + G) * ne, sizeof(float));
-        assert_true(logits && hin);
-        assert_int_equal(fx_forward_batch_last(plain, text, P, 0, logits, &err), FX_OK);
-        for (int i = P; i < P + G; i++) {
-            text[i] = fx_test_argmax(logits, nv);
-            if (i + 1 < P + G)
-                assert_int_equal(fx_forward_token(plain, text[i], i, logits, &err), FX_OK);
-        }
-        assert_int_equal(fx_context_kv_truncate(plain, 0, &err), FX_OK);
-        assert_int_equal(
-            fx_forward_batch_with_hidden(plain, text, P + G - 1, 0, logits, hin + ne, &err), FX_OK);
-        assert_int_equal(fx_forward_mtp(plain, text, hin, P + G, 0, logits, NULL, &err), FX_OK);
-        fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(P + G - 1) * nv, nv);
-
-        /* The head's own drafts (on random weights they are seldom kept). */
-        struct fx_context *ctx = make_ctx(m, 0);
-        struct fx_drafter *d;
-        struct fx_spec_stats st;
-        assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
-        assert_string_equal(fx_drafter_name(d), "mtp");
-        speculate(ctx, d, text, &st);
-        assert_true(st.drafted > 0);
-        fx_drafter_free(d);
-        fx_context_free(ctx);
-
-        /* Drafts kept for several rows: the head's cache, once caught up with the sequence, is
-         * the plain one, and so is its draft for the next position. */
-        ctx = make_ctx(m, 0);
-        assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
-        struct oracle o = {
-            .base = {&oracle_ops, ctx}, .mtp = d, .text = text, .n_text = P + G, .n_vocab = nv};
-        speculate(ctx, &o.base, text, &st);
-        print_message("  %s: %llu of %llu drafts kept, %llu verify steps\n", MODELS[f],
-                      (unsigned long long)st.accepted, (unsigned long long)st.drafted,
-                      (unsigned long long)st.verify_steps);
-        assert_true(st.accepted > 10 && st.accepted < st.drafted);
-        fx_token draft[1];
-        int32_t n_draft;
-        assert_int_equal(fx_drafter_propose(d, text, P + G, 1, draft, &n_draft, &err), FX_OK);
-        assert_int_equal(n_draft, 1);
-        assert_int_equal(draft[0], next);
-        assert_int_equal(fx_context_mtp_len(ctx), P + G);
-        assert_same_mtp_cache(ctx, plain, P + G);
-
-        fx_drafter_free(d);
-        fx_context_free(ctx);
-        fx_context_free(plain);
-        free(logits);
-        free(hin);
-        fx_model_free(m);
+/* Plain decoding at temperature t, then with the head's own drafts (on random weights they are
+ * seldom kept), then with drafts kept for several rows: the same text each time, and at the end
+ * the head's cache, once caught up with the sequence, and its draft for the next position are
+ * those of plain bookkeeping (the trunk's hidden rows of every position, the head over every
+ * position). At t > 0 many kept tokens are not the trunk's argmax, whose head rows the drafter
+ * computes again. */
+static void check_library(const char *name, float t) {
+    struct fx_model *m = load_model(name);
+    int32_t nv = fx_model_n_vocab(m), ne = fx_model_n_embd(m);
+    struct fx_error err;
+    fx_token text[P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+    struct fx_context *plain = make_ctx(m, 0);
+    struct fx_sampler *smp = sampler(nv, t);
+    float *logits = malloc(sizeof(float) * (size_t)(P + G) * nv);
+    float *hin = calloc((size_t)(P + G) * ne, sizeof(float));
+    assert_true(logits && hin);
+    assert_int_equal(fx_forward_batch_last(plain, text, P, 0, logits, &err), FX_OK);
+    for (int i = P; i < P + G; i++) {
+        assert_int_equal(fx_sampler_sample(smp, logits, &text[i], &err), FX_OK);
+        assert_int_equal(fx_sampler_accept(smp, text[i], &err), FX_OK);
+        if (i + 1 < P + G)
+            assert_int_equal(fx_forward_token(plain, text[i], i, logits, &err), FX_OK);
     }
+    fx_sampler_free(smp);
+    assert_int_equal(fx_context_kv_truncate(plain, 0, &err), FX_OK);
+    assert_int_equal(
+        fx_forward_batch_with_hidden(plain, text, P + G - 1, 0, logits, hin + ne, &err), FX_OK);
+    assert_int_equal(fx_forward_mtp(plain, text, hin, P + G, 0, logits, NULL, &err), FX_OK);
+    fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(P + G - 1) * nv, nv);
+
+    struct fx_context *ctx = make_ctx(m, 0);
+    struct fx_drafter *d;
+    struct fx_spec_stats st;
+    assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
+    assert_string_equal(fx_drafter_name(d), "mtp");
+    speculate(ctx, d, text, t, &st);
+    assert_true(st.drafted > 0);
+    fx_drafter_free(d);
+    fx_context_free(ctx);
+
+    ctx = make_ctx(m, 0);
+    assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
+    struct oracle o = {
+        .base = {&oracle_ops, ctx}, .mtp = d, .text = text, .n_text = P + G, .n_vocab = nv};
+    speculate(ctx, &o.base, text, t, &st);
+    print_message("  %s at temperature %g: %llu of %llu drafts kept, %llu verify steps\n", name,
+                  (double)t, (unsigned long long)st.accepted, (unsigned long long)st.drafted,
+                  (unsigned long long)st.verify_steps);
+    assert_true(st.accepted > 10 && st.accepted < st.drafted);
+    fx_token draft[1];
+    int32_t n_draft;
+    assert_int_equal(fx_drafter_propose(d, text, P + G, 1, draft, &n_draft, &err), FX_OK);
+    assert_int_equal(n_draft, 1);
+    assert_int_equal(draft[0], next);
+    assert_int_equal(fx_context_mtp_len(ctx), P + G);
+    assert_same_mtp_cache(ctx, plain, P + G);
+
+    fx_drafter_free(d);
+    fx_context_free(ctx);
+    fx_context_free(plain);
+    free(logits);
+    free(hin);
+    fx_model_free(m);
+}
+
+FX_TEST(qwen35_mtp_spec_library_greedy_equals_plain) {
+    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++)
+        check_library(MODELS[f], 0.0f);
+}
+
+FX_TEST(qwen35_mtp_spec_library_sampled_equals_plain) {
+    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++)
+        check_library(MODELS[f], 0.8f);
+}
+
+/* Greedy, one draft per step: after the first step (whose head row for the prompt's last token
+ * is computed on the way), each step is one pool entry, the folded verify step: its head row of
+ * the kept token is the next step's draft. */
+FX_TEST(qwen35_mtp_spec_one_pool_entry_per_step) {
+    struct fx_model *m = load_model(MODELS[2]);
+    int32_t nv = fx_model_n_vocab(m);
+    struct fx_context *ctx = make_ctx(m, 0);
+    struct fx_drafter *d;
+    struct fx_spec *s;
+    struct fx_error err;
+    assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
+    struct fx_spec_params sp = fx_spec_default_params();
+    sp.draft_max = 1;
+    sp.adaptive = false;
+    assert_int_equal(fx_spec_create(ctx, d, &sp, &s, &err), FX_OK);
+    struct fx_sampler *smp = sampler(nv, 0.0f);
+    fx_token seq[P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+    float *logits = malloc(sizeof(float) * (size_t)nv);
+    assert_non_null(logits);
+    assert_int_equal(fx_spec_prefill(s, seq, P - 1, 0, logits, &err), FX_OK);
+    int32_t n_seq = P, steps = 0;
+    uint64_t entries = 0;
+    while (n_seq < P + G) {
+        struct collect c = {seq + n_seq, 0};
+        uint64_t before = fx_par_cold_entries();
+        assert_int_equal(fx_spec_step(s, smp, seq, n_seq, P + G - n_seq, collect, &c, NULL, &err),
+                         FX_OK);
+        if (n_seq > P) {
+            entries += fx_par_cold_entries() - before;
+            steps++;
+        }
+        n_seq += c.n;
+    }
+    assert_true(steps > 20);
+    assert_int_equal(entries, (uint64_t)steps);
+    free(logits);
+    fx_sampler_free(smp);
+    fx_spec_free(s);
+    fx_drafter_free(d);
+    fx_context_free(ctx);
+    fx_model_free(m);
 }
 
 /* A drafter made for one context is refused for another. */
@@ -377,4 +439,123 @@ FX_TEST(qwen35_mtp_spec_refuses_another_context) {
     fx_context_free(a);
     fx_context_free(b);
     fx_model_free(m);
+}
+
+/* ---- through the CLI --------------------------------------------------------------------- */
+
+/* ferrox with args (NULL-terminated, at most 31); fails unless it exits with want. Returns
+ * stdout, and stderr into *err when err is not NULL. */
+static char *run_cli(const char *const *args, const char *stdin_text, int want, char **err) {
+    char *out, *e;
+    int rc = fx_test_run_cli(args, stdin_text, &out, &e);
+    if (rc != want) {
+        char line[2048] = "";
+        for (int i = 0; args[i]; i++) {
+            strncat(line, args[i], sizeof line - strlen(line) - 2);
+            strncat(line, " ", sizeof line - strlen(line) - 1);
+        }
+        fail_msg("ferrox %s exited %d (want %d): %s", line, rc, want, e);
+    }
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return out;
+}
+
+/* `ferrox CMD -m MODEL` then base, then extra, then -t threads. */
+static char *ferrox(const char *cmd, const char *model, const char *const *base,
+                    const char *const *extra, const char *threads, const char *stdin_text,
+                    char **err) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "qwen35/models/%s.gguf", model);
+    const char *args[32] = {cmd, "-m", fx_test_fixture(rel)};
+    int n = 3;
+    for (int i = 0; base[i]; i++)
+        args[n++] = base[i];
+    for (int i = 0; extra && extra[i]; i++)
+        args[n++] = extra[i];
+    args[n++] = "-t";
+    args[n++] = threads;
+    assert_true(n < 32);
+    args[n] = NULL;
+    return run_cli(args, stdin_text, 0, err);
+}
+
+static const char *const PROMPT = "Once upon a time, there was a little";
+
+FX_TEST(qwen35_mtp_spec_cli_run_greedy_equals_plain) {
+    static const char *const base[] = {"-p", PROMPT,         "-n", "48", "--temp",
+                                       "0",  "--ignore-eos", "-v", NULL};
+    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++) {
+        char *err;
+        char *want = ferrox("run", MODELS[f], base, (const char *const[]){"--spec", "none", NULL},
+                            "1", NULL, NULL);
+        static const char *const modes[][4] = {{"--spec", "mtp", NULL},
+                                               {"--spec", "mtp", "--spec-fixed", NULL}};
+        for (size_t k = 0; k < 2; k++) {
+            char *got = ferrox("run", MODELS[f], base, modes[k], "1", NULL, &err);
+            assert_string_equal(got, want);
+            /* -v reports the head's acceptance and the tokens per verify step. */
+            const char *line = strstr(err, "speculation (mtp): acceptance ");
+            assert_non_null(line);
+            assert_non_null(strstr(line, "tokens per verify step"));
+            if (k == 1)
+                print_message("  %s: %.*s", MODELS[f], (int)strcspn(line, "\n") + 1, line);
+            free(got);
+            free(err);
+        }
+        free(want);
+    }
+}
+
+FX_TEST(qwen35_mtp_spec_cli_run_seeded_sampling_equals_plain) {
+    /* The head drafts deterministically (argmax), so a row is sampled with plain decoding's
+     * random number and the seeded text is plain decoding's at any temperature; sampled tokens
+     * that are not the trunk's argmax make the drafter compute the head's row again. The same
+     * with one worker or three. */
+    static const char *const base[] = {"-p",  PROMPT, "-n", "48",           "--temp",
+                                       "0.8", "-s",   "7",  "--ignore-eos", NULL};
+    static const char *const mtp[] = {"--spec", "mtp", "--spec-fixed", NULL};
+    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++) {
+        char *want = ferrox("run", MODELS[f], base, (const char *const[]){"--spec", "none", NULL},
+                            "1", NULL, NULL);
+        char *got1 = ferrox("run", MODELS[f], base, mtp, "1", NULL, NULL);
+        char *got3 = ferrox("run", MODELS[f], base, mtp, "3", NULL, NULL);
+        assert_string_equal(got1, want);
+        assert_string_equal(got3, want);
+        free(want);
+        free(got1);
+        free(got3);
+    }
+}
+
+FX_TEST(qwen35_mtp_spec_cli_chat_turns_equal_plain) {
+    /* Three turns: each prompt is prefilled through the drafter, which catches its head up. */
+    static const char *const base[] = {"--chat-template", "chatml", "-n", "24", "--temp", "0",
+                                       "--ignore-eos",    "-v",     NULL};
+    const char *input = "Tell me a story.\nAnd then?\nOnce upon a time Once upon a time\n";
+    char *want = ferrox("chat", MODELS[2], base, (const char *const[]){"--spec", "none", NULL}, "1",
+                        input, NULL);
+    char *err;
+    char *got =
+        ferrox("chat", MODELS[2], base,
+               (const char *const[]){"--spec", "mtp", "--spec-fixed", NULL}, "1", input, &err);
+    assert_string_equal(got, want);
+    assert_non_null(strstr(err, "chat: speculation (mtp)"));
+    free(got);
+    free(err);
+    free(want);
+}
+
+FX_TEST(qwen35_mtp_spec_cli_refuses_a_model_without_a_head) {
+    const char *args[] = {"run", "-m",     fx_test_fixture("models/qwen3-tiny.F32.gguf"),
+                          "-p",  "Once",   "-n",
+                          "4",   "--spec", "mtp",
+                          NULL};
+    char *err;
+    free(run_cli(args, NULL, 1, &err));
+    print_message("  %s", err);
+    assert_non_null(strstr(err, "--spec mtp: this qwen3 model has no multi-token-prediction head"));
+    free(err);
 }
