@@ -753,10 +753,11 @@ void fx_sampler_reset(struct fx_sampler *s);
  * fx_context_kv_truncate. A row's arithmetic does not depend on its batch, so a row scored during
  * verification has the bits it would have had in plain decoding.
  *
- * Drafters here are deterministic (prompt lookup, a draft model run greedily), so the drafting
- * distribution q is a point mass on the draft x. The speculative-sampling rule (accept x with
- * probability min(1, p(x) / q(x)), else draw from the normalised max(0, p - q)) then reads:
- * accept x with probability p(x), else draw from p without x. Drawing the row's token from p
+ * Drafters here are deterministic (prompt lookup, a draft model or the model's own MTP head run
+ * greedily), so the drafting distribution q is a point mass on the draft x. The
+ * speculative-sampling rule (accept x with probability min(1, p(x) / q(x)), else draw from the
+ * normalised max(0, p - q)) then reads: accept x with probability p(x), else draw from p without
+ * x. Drawing the row's token from p
  * with the sampler's next random number and accepting x when it is that token is exactly this
  * rule, and consumes the random numbers plain decoding consumes: with the same seed and
  * parameters, speculative output is byte-identical to plain decoding at every temperature, not
@@ -764,7 +765,8 @@ void fx_sampler_reset(struct fx_sampler *s);
  *
  * Ownership and threads: a drafter and a speculation state belong to one thread at a time, with
  * the context they work on. A draft-model drafter owns its own context over a borrowed draft
- * model; fx_spec borrows the target's context and the drafter.
+ * model; the MTP drafter borrows the target's context; fx_spec borrows the target's context and
+ * the drafter.
  * ------------------------------------------------------------------------------------------- */
 
 /* The distribution the sampler draws from for logits [n_vocab], after the whole chain (bias,
