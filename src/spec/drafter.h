@@ -30,6 +30,9 @@ struct fx_drafter {
     struct fx_context *ctx;
 };
 
+/* The largest logit's index, ties to the lowest: a greedy drafter's token. */
+fx_token fx_drafter_argmax(const float *x, int32_t n);
+
 /* Prompt lookup's search, for the tests: the proposal for seq[0..n_seq) with n-grams of n_max
  * down to n_min tokens, at most k tokens; returns how many. */
 int32_t fx_ngram_lookup(const fx_token *seq, int32_t n_seq, int32_t n_max, int32_t n_min, int32_t k,

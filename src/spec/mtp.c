@@ -46,14 +46,6 @@ struct mtp {
     float *c_hidden; /* [2][n_embd] the chain's hidden rows, alternating */
 };
 
-static fx_token argmax(const float *x, int32_t n) {
-    fx_token best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 static fx_token token_at(const fx_token *seq, int32_t q) {
     return seq[q] == FX_TOKEN_NULL ? 0 : seq[q];
 }
@@ -171,13 +163,13 @@ static fx_status mtp_propose(struct fx_drafter *d, const fx_token *seq, int32_t 
         return st;
     size_t r = (size_t)(pos - m->m_pos0);
     const float *hid = m->m_hidden + r * (size_t)m->n_embd;
-    draft[0] = argmax(m->m_logits + r * (size_t)m->n_vocab, m->n_vocab);
+    draft[0] = fx_drafter_argmax(m->m_logits + r * (size_t)m->n_vocab, m->n_vocab);
     for (int32_t i = 1; i < k; i++) {
         float *next = m->c_hidden + (size_t)(i % 2) * (size_t)m->n_embd;
         st = fx_forward_mtp(d->ctx, &draft[i - 1], hid, 1, pos + i, m->c_logits, next, err);
         if (st != FX_OK)
             return st;
-        draft[i] = argmax(m->c_logits, m->n_vocab);
+        draft[i] = fx_drafter_argmax(m->c_logits, m->n_vocab);
         hid = next;
     }
     *n_draft = k;
