@@ -21,10 +21,11 @@
 
 #define TOL 1e-4 /* as test_qwen35_mtp.c: the measured noise of llama.cpp's MTP goldens */
 
-static struct fx_context *make_ctx(const struct fx_model *m, int n_threads) {
+/* n_batch 0: the default. */
+static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
     struct fx_context_params cp = fx_context_default_params();
     cp.n_ctx = 256;
-    cp.n_threads = n_threads;
+    cp.n_batch = n_batch;
     cp.type_k = cp.type_v = FX_TYPE_F32;
     struct fx_context *ctx;
     struct fx_error err;
@@ -36,14 +37,14 @@ static struct fx_context *make_ctx(const struct fx_model *m, int n_threads) {
 /* The prompt but its last token through the trunk, keeping the hidden rows; the head caught up
  * over the prompt (MTP position q reads the token at q and the trunk's hidden row q - 1, zeros at
  * 0). with_last: fx_forward_batch_last_with_hidden, else fx_forward_batch_with_hidden (whose
- * last row must be the same bits). Returns the last row's logits in last. */
+ * rows must be the same bits). Returns the last row's logits in last and the hidden rows in
+ * hid ([g->n][n_embd]: zeros, then the prompt's rows but the last's). */
 static void prefill(struct fx_context *ctx, const struct fx_mtp_golden *g, bool with_last,
-                    float *last) {
+                    float *last, float *hin) {
     int n = g->n - 1, ne = g->n_embd, nv = g->n_vocab;
-    float *hin = calloc((size_t)(n + 1) * ne, sizeof(float));
     float *all = calloc((size_t)n * nv, sizeof(float));
     float *ml = calloc((size_t)(n + 1) * nv, sizeof(float));
-    assert_true(hin && all && ml);
+    assert_true(all && ml);
     struct fx_error err;
     if (with_last) {
         assert_int_equal(
@@ -54,13 +55,13 @@ static void prefill(struct fx_context *ctx, const struct fx_mtp_golden *g, bool 
         memcpy(last, all + (size_t)(n - 1) * nv, sizeof(float) * (size_t)nv);
     }
     assert_int_equal(fx_forward_mtp(ctx, g->prompt, hin, n + 1, 0, ml, NULL, &err), FX_OK);
-    free(hin);
     free(all);
     free(ml);
 }
 
 /* A verify step at the prompt's last position, rows [last prompt token, the trunk's greedy next
- * token, the golden's first draft], folded and separate. */
+ * token, the golden's first draft], folded and separate; the folded side's prefill keeps only
+ * the last row's logits and runs in chunks of 4 rows. */
 static void check_folded(const char *stem) {
     struct fx_mtp_golden g;
     fx_test_mtp_golden_load(stem, &g);
@@ -68,7 +69,7 @@ static void check_folded(const char *stem) {
     struct fx_error err;
     if (fx_model_load(g.model_path, NULL, &m, &err) != FX_OK)
         fail_msg("%s: %s", g.model_path, err.msg);
-    struct fx_context *a = make_ctx(m, 0), *b = make_ctx(m, 0);
+    struct fx_context *a = make_ctx(m, 4), *b = make_ctx(m, 0);
     int nv = g.n_vocab, ne = g.n_embd, pos = g.n - 1;
     enum { N = 3 };
     fx_token rows[N] = {g.prompt[pos], g.next, g.chain[0]}, am[N], bm[N];
@@ -79,9 +80,14 @@ static void check_folded(const char *stem) {
     float *last_a = calloc((size_t)nv, 4), *last_b = calloc((size_t)nv, 4);
     assert_true(la && lb && ha && hb && mla && mlb && mha && mhb && last_a && last_b);
 
-    prefill(a, &g, true, last_a);
-    prefill(b, &g, false, last_b);
+    float *pha = calloc((size_t)g.n * ne, 4), *phb = calloc((size_t)g.n * ne, 4);
+    assert_true(pha && phb);
+    prefill(a, &g, true, last_a, pha);
+    prefill(b, &g, false, last_b, phb);
     assert_memory_equal(last_a, last_b, sizeof(float) * (size_t)nv);
+    assert_memory_equal(pha, phb, sizeof(float) * (size_t)g.n * ne);
+    free(pha);
+    free(phb);
     assert_int_equal(fx_context_mtp_len(a), pos + 1);
 
     /* Folded: one pool entry. */
