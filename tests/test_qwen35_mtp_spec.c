@@ -24,7 +24,7 @@
 /* n_batch 0: the default. */
 static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
     struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = 256;
+    cp.n_ctx = 512;
     cp.n_batch = n_batch;
     cp.type_k = cp.type_v = FX_TYPE_F32;
     struct fx_context *ctx;
@@ -255,7 +255,8 @@ static fx_status collect(void *user, fx_token token, bool *stop, struct fx_error
     return FX_OK;
 }
 
-enum { P = 10, G = 60 };
+/* Prompt tokens (P1, or a long prompt of MAX_P) and generated tokens of the speculation runs. */
+enum { P = 10, MAX_P = 300, G = 60 };
 
 static struct fx_sampler *sampler(int32_t n_vocab, float temperature) {
     struct fx_sampler_params p = fx_sampler_default_params();
@@ -267,10 +268,10 @@ static struct fx_sampler *sampler(int32_t n_vocab, float temperature) {
     return smp;
 }
 
-/* Decoding of text[0..P) on to P + G tokens at temperature t (seed 7) with speculation over
+/* Decoding of text[0..np) on to np + G tokens at temperature t (seed 7) with speculation over
  * drafter d (whose context is ctx); fails unless the tokens are text's. */
-static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_token *text, float t,
-                      struct fx_spec_stats *stats) {
+static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_token *text,
+                      int32_t np, float t, struct fx_spec_stats *stats) {
     int32_t nv = fx_model_n_vocab(fx_context_model(ctx));
     struct fx_error err;
     struct fx_spec_params sp = fx_spec_default_params();
@@ -279,20 +280,20 @@ static void speculate(struct fx_context *ctx, struct fx_drafter *d, const fx_tok
     struct fx_spec *s;
     assert_int_equal(fx_spec_create(ctx, d, &sp, &s, &err), FX_OK);
     struct fx_sampler *smp = sampler(nv, t);
-    fx_token seq[P + G];
+    fx_token seq[MAX_P + G];
     float *logits = malloc(sizeof(float) * (size_t)nv);
     assert_non_null(logits);
-    memcpy(seq, text, sizeof(fx_token) * P);
+    memcpy(seq, text, sizeof(fx_token) * (size_t)np);
     /* The prompt but its last token, which the first step evaluates. */
-    assert_int_equal(fx_spec_prefill(s, seq, P - 1, 0, logits, &err), FX_OK);
-    int32_t n_seq = P;
-    while (n_seq < P + G) {
+    assert_int_equal(fx_spec_prefill(s, seq, np - 1, 0, logits, &err), FX_OK);
+    int32_t n_seq = np;
+    while (n_seq < np + G) {
         struct collect c = {seq + n_seq, 0};
-        assert_int_equal(fx_spec_step(s, smp, seq, n_seq, P + G - n_seq, collect, &c, NULL, &err),
+        assert_int_equal(fx_spec_step(s, smp, seq, n_seq, np + G - n_seq, collect, &c, NULL, &err),
                          FX_OK);
         n_seq += c.n;
     }
-    assert_memory_equal(seq, text, sizeof seq);
+    assert_memory_equal(seq, text, sizeof(fx_token) * (size_t)(np + G));
     fx_spec_stats(s, stats);
     free(logits);
     fx_spec_free(s);
@@ -318,37 +319,42 @@ static void assert_same_mtp_cache(const struct fx_context *a, const struct fx_co
  * the head's cache, once caught up with the sequence, and its draft for the next position are
  * those of plain bookkeeping (the trunk's hidden rows of every position, the head over every
  * position). At t > 0 many kept tokens are not the trunk's argmax, whose head rows the drafter
- * computes again. */
-static void check_library(const char *name, float t) {
+ * computes again. The prompt: P1, or MAX_P tokens drawn at random (the drafter's prefill then
+ * runs in two passes). */
+static void check_library(const char *name, float t, bool long_prompt) {
     struct fx_model *m = load_model(name);
     int32_t nv = fx_model_n_vocab(m), ne = fx_model_n_embd(m);
     struct fx_error err;
-    fx_token text[P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+    fx_token text[MAX_P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+    int32_t np = long_prompt ? MAX_P : P;
+    struct fx_test_rng rng = {35};
+    for (int32_t i = P; i < np; i++)
+        text[i] = 3 + (fx_token)(fx_test_rng_u64(&rng) % (uint64_t)(nv - 3));
     struct fx_context *plain = make_ctx(m, 0);
     struct fx_sampler *smp = sampler(nv, t);
-    float *logits = malloc(sizeof(float) * (size_t)(P + G) * nv);
-    float *hin = calloc((size_t)(P + G) * ne, sizeof(float));
+    float *logits = malloc(sizeof(float) * (size_t)(np + G) * nv);
+    float *hin = calloc((size_t)(np + G) * ne, sizeof(float));
     assert_true(logits && hin);
-    assert_int_equal(fx_forward_batch_last(plain, text, P, 0, logits, &err), FX_OK);
-    for (int i = P; i < P + G; i++) {
+    assert_int_equal(fx_forward_batch_last(plain, text, np, 0, logits, &err), FX_OK);
+    for (int i = np; i < np + G; i++) {
         assert_int_equal(fx_sampler_sample(smp, logits, &text[i], &err), FX_OK);
         assert_int_equal(fx_sampler_accept(smp, text[i], &err), FX_OK);
-        if (i + 1 < P + G)
+        if (i + 1 < np + G)
             assert_int_equal(fx_forward_token(plain, text[i], i, logits, &err), FX_OK);
     }
     fx_sampler_free(smp);
     assert_int_equal(fx_context_kv_truncate(plain, 0, &err), FX_OK);
     assert_int_equal(
-        fx_forward_batch_with_hidden(plain, text, P + G - 1, 0, logits, hin + ne, &err), FX_OK);
-    assert_int_equal(fx_forward_mtp(plain, text, hin, P + G, 0, logits, NULL, &err), FX_OK);
-    fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(P + G - 1) * nv, nv);
+        fx_forward_batch_with_hidden(plain, text, np + G - 1, 0, logits, hin + ne, &err), FX_OK);
+    assert_int_equal(fx_forward_mtp(plain, text, hin, np + G, 0, logits, NULL, &err), FX_OK);
+    fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(np + G - 1) * nv, nv);
 
     struct fx_context *ctx = make_ctx(m, 0);
     struct fx_drafter *d;
     struct fx_spec_stats st;
     assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
     assert_string_equal(fx_drafter_name(d), "mtp");
-    speculate(ctx, d, text, t, &st);
+    speculate(ctx, d, text, np, t, &st);
     assert_true(st.drafted > 0);
     fx_drafter_free(d);
     fx_context_free(ctx);
@@ -356,19 +362,20 @@ static void check_library(const char *name, float t) {
     ctx = make_ctx(m, 0);
     assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
     struct oracle o = {
-        .base = {&oracle_ops, ctx}, .mtp = d, .text = text, .n_text = P + G, .n_vocab = nv};
-    speculate(ctx, &o.base, text, t, &st);
-    print_message("  %s at temperature %g: %llu of %llu drafts kept, %llu verify steps\n", name,
-                  (double)t, (unsigned long long)st.accepted, (unsigned long long)st.drafted,
-                  (unsigned long long)st.verify_steps);
+        .base = {&oracle_ops, ctx}, .mtp = d, .text = text, .n_text = np + G, .n_vocab = nv};
+    speculate(ctx, &o.base, text, np, t, &st);
+    print_message("  %s, %d prompt tokens, temperature %g: %llu of %llu drafts kept, %llu verify "
+                  "steps\n",
+                  name, (int)np, (double)t, (unsigned long long)st.accepted,
+                  (unsigned long long)st.drafted, (unsigned long long)st.verify_steps);
     assert_true(st.accepted > 10 && st.accepted < st.drafted);
     fx_token draft[1];
     int32_t n_draft;
-    assert_int_equal(fx_drafter_propose(d, text, P + G, 1, draft, &n_draft, &err), FX_OK);
+    assert_int_equal(fx_drafter_propose(d, text, np + G, 1, draft, &n_draft, &err), FX_OK);
     assert_int_equal(n_draft, 1);
     assert_int_equal(draft[0], next);
-    assert_int_equal(fx_context_mtp_len(ctx), P + G);
-    assert_same_mtp_cache(ctx, plain, P + G);
+    assert_int_equal(fx_context_mtp_len(ctx), np + G);
+    assert_same_mtp_cache(ctx, plain, np + G);
 
     fx_drafter_free(d);
     fx_context_free(ctx);
@@ -380,12 +387,13 @@ static void check_library(const char *name, float t) {
 
 FX_TEST(qwen35_mtp_spec_library_greedy_equals_plain) {
     for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++)
-        check_library(MODELS[f], 0.0f);
+        check_library(MODELS[f], 0.0f, false);
+    check_library(MODELS[2], 0.0f, true);
 }
 
 FX_TEST(qwen35_mtp_spec_library_sampled_equals_plain) {
     for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++)
-        check_library(MODELS[f], 0.8f);
+        check_library(MODELS[f], 0.8f, false);
 }
 
 /* Greedy, one draft per step: after the first step (whose head row for the prompt's last token
