@@ -480,11 +480,6 @@ fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *t
 /* Prefill: the same evaluation, logits of the last token only; logits: [n_vocab]. */
 fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                 int32_t pos0, float *logits, struct fx_error *err);
-/* The same, plus the final normed hidden state of every row (a drafter that conditions on them
- * catching up with a prompt); hidden: [n][n_embd]. The logits have the bits of the above. */
-fx_status fx_forward_batch_last_with_hidden(struct fx_context *ctx, const fx_token *tokens,
-                                            int32_t n, int32_t pos0, float *logits, float *hidden,
-                                            struct fx_error *err);
 /* Final normed hidden states only (embeddings); hidden: [n][n_embd]. */
 fx_status fx_forward_hidden_batch(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                   int32_t pos0, float *hidden, struct fx_error *err);
@@ -527,6 +522,16 @@ struct fx_verify_mtp_out {
 fx_status fx_forward_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                 int32_t pos0, const struct fx_verify_mtp_out *out,
                                 struct fx_error *err);
+/* A prompt (or the rest of one) with the MTP head caught up in the same pool entry: the trunk
+ * as fx_forward_batch_last (logits [n_vocab] of the last row, the same bits), keeping its final
+ * normed hidden rows, then the head over the same n tokens at MTP positions pos0..pos0+n-1, row
+ * i reading tokens[i] and the trunk's hidden row of the position before. hidden: [n + 1][n_embd];
+ * row 0 is read: the trunk's hidden row of position pos0 - 1 (zeros at pos0 0, or when not
+ * known); rows 1..n receive this call's rows. The head's logits are not computed (the next draft
+ * needs the token after the prompt, which the prompt's logits have yet to give). The MTP cache
+ * must hold pos0 positions (rows after them are dropped); afterwards it holds pos0 + n. */
+fx_status fx_forward_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                 int32_t pos0, float *logits, float *hidden, struct fx_error *err);
 
 /* Saved state (llama.cpp's --prompt-cache and slot save): the keys and values of a sequence's
  * first n positions and their token ids in one file, with the identity of the model they were

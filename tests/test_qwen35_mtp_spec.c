@@ -34,34 +34,40 @@ static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
     return ctx;
 }
 
-/* The prompt but its last token through the trunk, keeping the hidden rows; the head caught up
- * over the prompt (MTP position q reads the token at q and the trunk's hidden row q - 1, zeros at
- * 0). with_last: fx_forward_batch_last_with_hidden, else fx_forward_batch_with_hidden (whose
- * rows must be the same bits). Returns the last row's logits in last and the hidden rows in
- * hid ([g->n][n_embd]: zeros, then the prompt's rows but the last's). */
-static void prefill(struct fx_context *ctx, const struct fx_mtp_golden *g, bool with_last,
-                    float *last, float *hin) {
+/* The prompt but its last token through the trunk, keeping the hidden rows, and the head caught
+ * up over the prompt (MTP position q reads the token at q and the trunk's hidden row q - 1, zeros
+ * at 0). fused: fx_forward_prefill_mtp, one pool entry; else fx_forward_batch_with_hidden, then
+ * fx_forward_mtp. Returns the last row's logits in last and the hidden rows in hin
+ * ([g->n][n_embd]: zeros, then the prompt's rows but the last's). */
+static void prefill(struct fx_context *ctx, const struct fx_mtp_golden *g, bool fused, float *last,
+                    float *hin) {
     int n = g->n - 1, ne = g->n_embd, nv = g->n_vocab;
+    struct fx_error err;
+    if (fused) {
+        uint64_t before = fx_par_cold_entries();
+        assert_int_equal(fx_forward_prefill_mtp(ctx, g->prompt, n, 0, last, hin, &err), FX_OK);
+        assert_int_equal(fx_par_cold_entries(), before + 1);
+        /* The head's catch-up row of the prompt's last token reads the last hidden row kept. */
+        assert_int_equal(
+            fx_forward_mtp(ctx, g->prompt + n, hin + (size_t)n * ne, 1, n, last + nv, NULL, &err),
+            FX_OK);
+        return;
+    }
     float *all = calloc((size_t)n * nv, sizeof(float));
     float *ml = calloc((size_t)(n + 1) * nv, sizeof(float));
     assert_true(all && ml);
-    struct fx_error err;
-    if (with_last) {
-        assert_int_equal(
-            fx_forward_batch_last_with_hidden(ctx, g->prompt, n, 0, last, hin + ne, &err), FX_OK);
-    } else {
-        assert_int_equal(fx_forward_batch_with_hidden(ctx, g->prompt, n, 0, all, hin + ne, &err),
-                         FX_OK);
-        memcpy(last, all + (size_t)(n - 1) * nv, sizeof(float) * (size_t)nv);
-    }
+    assert_int_equal(fx_forward_batch_with_hidden(ctx, g->prompt, n, 0, all, hin + ne, &err),
+                     FX_OK);
+    memcpy(last, all + (size_t)(n - 1) * nv, sizeof(float) * (size_t)nv);
     assert_int_equal(fx_forward_mtp(ctx, g->prompt, hin, n + 1, 0, ml, NULL, &err), FX_OK);
+    memcpy(last + nv, ml + (size_t)n * nv, sizeof(float) * (size_t)nv);
     free(all);
     free(ml);
 }
 
 /* A verify step at the prompt's last position, rows [last prompt token, the trunk's greedy next
- * token, the golden's first draft], folded and separate; the folded side's prefill keeps only
- * the last row's logits and runs in chunks of 4 rows. */
+ * token, the golden's first draft], folded and separate; the folded side's prefill is folded
+ * too, and runs in chunks of 4 rows. */
 static void check_folded(const char *stem) {
     struct fx_mtp_golden g;
     fx_test_mtp_golden_load(stem, &g);
@@ -77,15 +83,17 @@ static void check_folded(const char *stem) {
     float *ha = calloc((size_t)N * ne, 4), *hb = calloc((size_t)N * ne, 4);
     float *mla = calloc((size_t)N * nv, 4), *mlb = calloc((size_t)N * nv, 4);
     float *mha = calloc((size_t)N * ne, 4), *mhb = calloc((size_t)N * ne, 4);
-    float *last_a = calloc((size_t)nv, 4), *last_b = calloc((size_t)nv, 4);
+    /* [2][n_vocab]: the trunk's last prompt row, the head's row of the last prompt token */
+    float *last_a = calloc((size_t)2 * nv, 4), *last_b = calloc((size_t)2 * nv, 4);
     assert_true(la && lb && ha && hb && mla && mlb && mha && mhb && last_a && last_b);
 
     float *pha = calloc((size_t)g.n * ne, 4), *phb = calloc((size_t)g.n * ne, 4);
     assert_true(pha && phb);
     prefill(a, &g, true, last_a, pha);
     prefill(b, &g, false, last_b, phb);
-    assert_memory_equal(last_a, last_b, sizeof(float) * (size_t)nv);
+    assert_memory_equal(last_a, last_b, sizeof(float) * (size_t)2 * nv);
     assert_memory_equal(pha, phb, sizeof(float) * (size_t)g.n * ne);
+    assert_int_equal(fx_test_argmax(last_a + nv, nv), g.argmax[pos]);
     free(pha);
     free(phb);
     assert_int_equal(fx_context_mtp_len(a), pos + 1);
@@ -152,8 +160,8 @@ FX_TEST(qwen35_mtp_spec_folded_moe_f32) {
     check_folded("qwen35moe-tiny.F32.P1");
 }
 
-/* What the folded step refuses: a model without a head, an MTP cache that does not hold the
- * step's first position, MTP rows past the context. Nothing is changed by a refusal. */
+/* What the folded steps refuse: a model without a head, an MTP cache that does not hold what
+ * precedes the step's rows. Nothing is changed by a refusal. */
 FX_TEST(qwen35_mtp_spec_folded_refusals) {
     struct fx_model *m;
     struct fx_error err;
@@ -166,6 +174,8 @@ FX_TEST(qwen35_mtp_spec_folded_refusals) {
     struct fx_verify_mtp_out out = {logits, hidden, am, ml, NULL};
     assert_int_equal(fx_forward_verify_mtp(ctx, t, 1, 0, &out, &err), FX_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "no multi-token-prediction head"));
+    assert_int_equal(fx_forward_prefill_mtp(ctx, t, 2, 0, logits, hidden, &err),
+                     FX_ERR_UNSUPPORTED);
     fx_context_free(ctx);
     fx_model_free(m);
 
@@ -183,6 +193,14 @@ FX_TEST(qwen35_mtp_spec_folded_refusals) {
     out.argmax = am;
     assert_int_equal(fx_forward_verify_mtp(ctx, t, 2, 0, &out, &err), FX_OK);
     assert_int_equal(fx_context_mtp_len(ctx), 3);
+    /* A prefill with the head continues the MTP cache at its end or before. */
+    assert_int_equal(fx_forward_prefill_mtp(ctx, t, 1, 2, logits, hidden, &err), FX_OK);
+    assert_int_equal(fx_context_mtp_len(ctx), 3);
+    assert_int_equal(fx_context_mtp_truncate(ctx, 1, &err), FX_OK);
+    assert_int_equal(fx_forward_prefill_mtp(ctx, t, 1, 3, logits, hidden, &err),
+                     FX_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "needs the MTP cache to hold 3 positions (it holds 1)"));
+    assert_int_equal(fx_context_kv_len(ctx), 3);
     fx_context_free(ctx);
     fx_model_free(m);
 }

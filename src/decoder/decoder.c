@@ -169,10 +169,12 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         out_norm = m->mtp[0].head_norm ? m->mtp[0].head_norm : m->output_norm;
         head = &m->mtp[0].head;
     }
+    if (f->logits_rows == FX_LOGITS_NONE && !f->hidden)
+        return; /* a call kept for its cache rows only (the MTP head's catch-up) */
     const float *x = ctx->s.x;
     float *logits = f->logits + c->row0 * n_vocab;
     if (f->logits_rows == FX_LOGITS_LAST) {
-        /* A prefill that keeps every row's hidden state (a drafter's catch-up): the rows' norms
+        /* A prefill that keeps every row's hidden state (for the MTP head): the rows' norms
          * here, the last row's logits below as without. */
         if (f->hidden) {
             int64_t b, e;
@@ -297,11 +299,12 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
     call_on_worker(w, f);
     if (!f->then)
         return;
-    /* The second call's tokens: the greedy token of each of this call's rows. */
-    int64_t n_vocab = f->ctx->model->hp.n_vocab, b, e;
-    fx_dec_own_rows(w, f->n, &b, &e);
-    for (int64_t i = b; i < e; i++)
-        f->argmax[i] = (fx_token)f->ctx->k->argmax(f->logits + i * n_vocab, n_vocab);
-    fx_par_barrier(w);
+    if (f->argmax) { /* the second call's tokens: the greedy token of each of this call's rows */
+        int64_t n_vocab = f->ctx->model->hp.n_vocab, b, e;
+        fx_dec_own_rows(w, f->n, &b, &e);
+        for (int64_t i = b; i < e; i++)
+            f->argmax[i] = (fx_token)f->ctx->k->argmax(f->logits + i * n_vocab, n_vocab);
+        fx_par_barrier(w);
+    }
     call_on_worker(w, f->then);
 }

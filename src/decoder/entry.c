@@ -83,12 +83,11 @@ fx_status fx_forward_verify_mtp(struct fx_context *ctx, const fx_token *tokens, 
                &f, err);
 }
 
-fx_status fx_forward_batch_last_with_hidden(struct fx_context *ctx, const fx_token *tokens,
-                                            int32_t n, int32_t pos0, float *logits, float *hidden,
-                                            struct fx_error *err) {
-    if (!hidden)
-        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
-    return forward(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits, hidden, false, err);
+fx_status fx_forward_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                 int32_t pos0, float *logits, float *hidden, struct fx_error *err) {
+    struct fx_fwd f, mtp;
+    return run(fx_fwd_prepare_prefill_mtp(ctx, tokens, n, pos0, logits, hidden, &f, &mtp, err), &f,
+               err);
 }
 
 fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,

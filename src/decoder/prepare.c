@@ -172,6 +172,36 @@ fx_status fx_fwd_prepare_verify_mtp(struct fx_context *ctx, const fx_token *toke
     return FX_OK;
 }
 
+fx_status fx_fwd_prepare_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                                     int32_t pos0, float *logits, float *hidden,
+                                     struct fx_fwd *trunk, struct fx_fwd *mtp,
+                                     struct fx_error *err) {
+    if (ctx->model->hp.n_nextn == 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "this %s model has no multi-token-prediction head", ctx->model->arch);
+    if (!hidden)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
+    if (pos0 >= 0 && pos0 > ctx->mtp_len)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a prefill at position %d with the MTP head needs the MTP cache to "
+                            "hold %d positions (it holds %d)",
+                            pos0, pos0, ctx->mtp_len);
+    fx_status st = fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits,
+                                  hidden + ctx->model->hp.n_embd, false, trunk, err);
+    if (st)
+        return st;
+    *mtp = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .logits_rows = FX_LOGITS_NONE,
+        .hidden_in = hidden,
+    };
+    trunk->then = mtp;
+    return FX_OK;
+}
+
 /* The checks every pool step shares: the pool is the model's, the positions fit the context's
  * rope table. */
 static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_pool *pool,

@@ -25,7 +25,7 @@
 
 /* Rows of a verify step: its drafts are cut to what a hybrid sequence can roll back. */
 #define ROWS (FX_ROLLBACK_MAX + 1)
-/* Prompt rows per trunk pass when catching up (bounds the hidden rows kept). */
+/* Prompt rows per prefill pass (bounds the hidden rows kept). */
 #define PREFILL_ROWS 256
 
 struct mtp {
@@ -100,23 +100,24 @@ static fx_status mtp_prefill(struct fx_drafter *d, const fx_token *seq, int32_t 
                              float *logits, struct fx_error *err) {
     struct mtp *m = (struct mtp *)d;
     size_t row = (size_t)m->n_embd * sizeof(float);
+    /* The head holds the positions before the prompt first (their rows read hidden rows of
+     * earlier calls). */
     fx_status st = pos0 > 0 ? catch_up(m, seq, pos0 - 1, err) : FX_OK;
-    for (int32_t c0 = pos0; c0 < n_seq && st == FX_OK;) {
-        int32_t cn = n_seq - c0 < PREFILL_ROWS ? n_seq - c0 : PREFILL_ROWS;
-        /* h row 0: the hidden row before the chunk (the head's first row reads it). */
+    for (int32_t c0 = pos0, cn; c0 < n_seq && st == FX_OK; c0 += cn) {
+        cn = n_seq - c0 < PREFILL_ROWS ? n_seq - c0 : PREFILL_ROWS;
+        /* h row 0: the hidden row before the pass, which the head's first row reads. */
         if (c0 - 1 >= m->h_pos0 && c0 - 1 < m->h_pos0 + m->h_n && c0 > 0)
             memmove(m->h, m->h + (size_t)(c0 - 1 - m->h_pos0) * (size_t)m->n_embd, row);
         else
             memset(m->h, 0, row);
-        m->h_n = 0; /* until the pass below succeeds */
-        st = fx_forward_batch_last_with_hidden(d->ctx, seq + c0, cn, c0, logits, m->h + m->n_embd,
-                                               err);
-        if (st != FX_OK)
+        m->h_n = 0; /* until the pass succeeds */
+        if ((st = fx_forward_prefill_mtp(d->ctx, seq + c0, cn, c0, logits, m->h, err)) != FX_OK)
             break;
         m->h_pos0 = c0 - 1;
         m->h_n = cn + 1;
-        st = catch_up(m, seq, c0 + cn - 1, err);
-        c0 += cn;
+        memcpy(m->held + c0, seq + c0, (size_t)cn * sizeof *seq);
+        m->n_valid = c0 + cn;
+        m->m_n = 0; /* the pass computes no head logits; earlier ones may be of other tokens */
     }
     return st;
 }
