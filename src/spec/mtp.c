@@ -9,7 +9,10 @@
  * last kept token drafts the next step's first token with no further pass. Rows after the last
  * kept token read rejected drafts: the cache is cut back before them, and a row whose kept token
  * is not the argmax (sampling) is computed again with the real token. Drafts after the first
- * chain through the head's own hidden output, one one-row pass each.
+ * chain through the head's own hidden output, one one-row pass each. A step that drafts nothing
+ * (the controller measuring plain decoding, or speculation switched off) is a one-row folded
+ * step too, so that the head's cache keeps up with the sequence: it costs the head's layer and
+ * vocabulary projection for one row per token.
  *
  * held[q] is the token MTP position q read; the head's cache is taken as valid where held agrees
  * with the sequence, so any change of the sequence (a chat turn cut back, a row sampled away from
