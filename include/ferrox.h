@@ -814,11 +814,11 @@ fx_status fx_drafter_model_create(const struct fx_model *target, const struct fx
                                   struct fx_error *err);
 /* The model's own multi-token-prediction head (fx_model_n_nextn > 0; Qwen3.5's NextN block),
  * inside the target's context ctx (borrowed; the head's cache is part of it), which fx_spec must
- * then run on: every step's forward pass is fx_forward_verify_mtp, whose folded head rows give
- * the next step's first draft; further drafts chain through the head's hidden output (one
- * fx_forward_mtp row each). Prompts are evaluated through fx_spec_prefill: fx_forward_prefill_mtp,
- * which catches the head up in the prompt's pass. FX_ERR_UNSUPPORTED for a model without a
- * head. */
+ * then run on: a step that drafts is fx_forward_verify_mtp, whose folded head rows give the next
+ * step's first draft; further drafts chain through the head's hidden output (one fx_forward_mtp
+ * row each). Prompts, and steps that draft nothing, are evaluated through fx_forward_prefill_mtp,
+ * which catches the head up in the same pass without its vocabulary projection; the next draft
+ * then costs one fx_forward_mtp row first. FX_ERR_UNSUPPORTED for a model without a head. */
 fx_status fx_drafter_mtp_create(struct fx_context *ctx, struct fx_drafter **out,
                                 struct fx_error *err);
 void fx_drafter_free(struct fx_drafter *d);
@@ -867,11 +867,11 @@ fx_status fx_spec_prefill(struct fx_spec *s, const fx_token *seq, int32_t n_seq,
  * accepted by the sampler) but not evaluated: fx_context_kv_len(ctx) == n_seq - 1. The step
  * drafts up to k tokens (k <= n_max - 1 when n_max > 0, and within the context), evaluates [last,
  * drafts] in one fx_forward_batch (one fx_forward_token when nothing is drafted; with the MTP
- * drafter one fx_forward_verify_mtp either way), then for each row in order samples its token
- * (fx_sampler_sample_draft), accepts it into the sampler and hands it to emit, until a token
- * differs from its draft, the rows run out, or emit says stop. The cache then holds the sequence
- * and every yielded token except the last (rejected rows rolled back); *n_out (may be NULL)
- * receives the number of tokens yielded (>= 1 on success). */
+ * drafter one fx_forward_verify_mtp, or one fx_forward_prefill_mtp when nothing is drafted), then
+ * for each row in order samples its token (fx_sampler_sample_draft), accepts it into the sampler
+ * and hands it to emit, until a token differs from its draft, the rows run out, or emit says
+ * stop. The cache then holds the sequence and every yielded token except the last (rejected rows
+ * rolled back); *n_out (may be NULL) receives the number of tokens yielded (>= 1 on success). */
 fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token *seq,
                        int32_t n_seq, int32_t n_max, fx_spec_emit_fn emit, void *user,
                        int32_t *n_out, struct fx_error *err);

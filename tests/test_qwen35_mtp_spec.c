@@ -2,7 +2,9 @@
  * Qwen3.5 fixtures. Greedy and sampled output equals plain decoding with the head's own drafts
  * and with drafts that are kept for several rows, after which the head's cache and its next
  * draft are those plain bookkeeping builds, bit for bit (also after a prompt longer than one
- * prefill pass); a greedy step is one pool entry; a drafter is refused for another context. */
+ * prefill pass); a greedy step is one pool entry; a step that drafts nothing computes no head
+ * logits, and speculation switched off and on again drafts plain bookkeeping's tokens; a drafter
+ * is refused for another context. */
 #include "fx_test.h"
 #include "golden.h"
 
@@ -150,6 +152,44 @@ static void assert_same_mtp_cache(const struct fx_context *a, const struct fx_co
     }
 }
 
+/* Plain decoding of text[0..np) on to n tokens at temperature t (seed 7) on plain, into text. */
+static void plain_text(struct fx_context *plain, fx_token *text, int32_t np, int32_t n, float t) {
+    int32_t nv = fx_model_n_vocab(fx_context_model(plain));
+    struct fx_error err;
+    struct fx_sampler *smp = sampler(nv, t);
+    float *logits = malloc(sizeof(float) * (size_t)nv);
+    assert_non_null(logits);
+    assert_int_equal(fx_forward_batch_last(plain, text, np, 0, logits, &err), FX_OK);
+    for (int32_t i = np; i < n; i++) {
+        assert_int_equal(fx_sampler_sample(smp, logits, &text[i], &err), FX_OK);
+        assert_int_equal(fx_sampler_accept(smp, text[i], &err), FX_OK);
+        if (i + 1 < n)
+            assert_int_equal(fx_forward_token(plain, text[i], i, logits, &err), FX_OK);
+    }
+    free(logits);
+    fx_sampler_free(smp);
+}
+
+/* Plain bookkeeping of the head over text[0..n) on plain (whose caches it replaces): the trunk's
+ * hidden rows of every position, the head over every position. Returns the head's draft for
+ * position n. */
+static fx_token plain_head(struct fx_context *plain, const fx_token *text, int32_t n) {
+    const struct fx_model *m = fx_context_model(plain);
+    int32_t nv = fx_model_n_vocab(m), ne = fx_model_n_embd(m);
+    struct fx_error err;
+    float *logits = malloc(sizeof(float) * (size_t)n * nv);
+    float *hin = calloc((size_t)n * ne, sizeof(float));
+    assert_true(logits && hin);
+    assert_int_equal(fx_context_kv_truncate(plain, 0, &err), FX_OK);
+    assert_int_equal(fx_forward_batch_with_hidden(plain, text, n - 1, 0, logits, hin + ne, &err),
+                     FX_OK);
+    assert_int_equal(fx_forward_mtp(plain, text, hin, n, 0, logits, NULL, &err), FX_OK);
+    fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(n - 1) * nv, nv);
+    free(logits);
+    free(hin);
+    return next;
+}
+
 /* Plain decoding at temperature t, then with the head's own drafts (on random weights they are
  * seldom kept), then with drafts kept for several rows: the same text each time, and at the end
  * the head's cache, once caught up with the sequence, and its draft for the next position are
@@ -159,7 +199,7 @@ static void assert_same_mtp_cache(const struct fx_context *a, const struct fx_co
  * runs in two passes). */
 static void check_library(const char *name, float t, bool long_prompt) {
     struct fx_model *m = load_model(name);
-    int32_t nv = fx_model_n_vocab(m), ne = fx_model_n_embd(m);
+    int32_t nv = fx_model_n_vocab(m);
     struct fx_error err;
     fx_token text[MAX_P + G] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
     int32_t np = long_prompt ? MAX_P : P;
@@ -167,23 +207,8 @@ static void check_library(const char *name, float t, bool long_prompt) {
     for (int32_t i = P; i < np; i++)
         text[i] = 3 + (fx_token)(fx_test_rng_u64(&rng) % (uint64_t)(nv - 3));
     struct fx_context *plain = make_ctx(m);
-    struct fx_sampler *smp = sampler(nv, t);
-    float *logits = malloc(sizeof(float) * (size_t)(np + G) * nv);
-    float *hin = calloc((size_t)(np + G) * ne, sizeof(float));
-    assert_true(logits && hin);
-    assert_int_equal(fx_forward_batch_last(plain, text, np, 0, logits, &err), FX_OK);
-    for (int i = np; i < np + G; i++) {
-        assert_int_equal(fx_sampler_sample(smp, logits, &text[i], &err), FX_OK);
-        assert_int_equal(fx_sampler_accept(smp, text[i], &err), FX_OK);
-        if (i + 1 < np + G)
-            assert_int_equal(fx_forward_token(plain, text[i], i, logits, &err), FX_OK);
-    }
-    fx_sampler_free(smp);
-    assert_int_equal(fx_context_kv_truncate(plain, 0, &err), FX_OK);
-    assert_int_equal(
-        fx_forward_batch_with_hidden(plain, text, np + G - 1, 0, logits, hin + ne, &err), FX_OK);
-    assert_int_equal(fx_forward_mtp(plain, text, hin, np + G, 0, logits, NULL, &err), FX_OK);
-    fx_token next = (fx_token)fx_test_argmax(logits + (size_t)(np + G - 1) * nv, nv);
+    plain_text(plain, text, np, np + G, t);
+    fx_token next = plain_head(plain, text, np + G);
 
     struct fx_context *ctx = make_ctx(m);
     struct fx_drafter *d;
@@ -216,8 +241,6 @@ static void check_library(const char *name, float t, bool long_prompt) {
     fx_drafter_free(d);
     fx_context_free(ctx);
     fx_context_free(plain);
-    free(logits);
-    free(hin);
     fx_model_free(m);
 }
 
@@ -273,6 +296,73 @@ FX_TEST(qwen35_mtp_spec_one_pool_entry_per_step) {
     fx_drafter_free(d);
     fx_context_free(ctx);
     fx_model_free(m);
+}
+
+/* Speculation switched off and on again (blocks of steps with n_max 1, which draft nothing,
+ * between blocks that draft, greedy): a plain step is one pool entry that leaves the head one
+ * position short of the verify step's (no head row for the token it yields, the row whose logits
+ * are the head's vocabulary projection); the next draft computes that row in one pool entry of
+ * its own, and the text, the head's cache and its draft are plain bookkeeping's. */
+FX_TEST(qwen35_mtp_spec_plain_step_skips_head_logits) {
+    enum { N = P + 100, BLOCK = 5 };
+    for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++) {
+        struct fx_model *m = load_model(MODELS[f]);
+        int32_t nv = fx_model_n_vocab(m);
+        struct fx_error err;
+        fx_token text[N] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+        struct fx_context *plain = make_ctx(m);
+        plain_text(plain, text, P, N, 0.0f);
+
+        struct fx_context *ctx = make_ctx(m);
+        struct fx_drafter *d;
+        struct fx_spec *s;
+        assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
+        struct fx_spec_params sp = fx_spec_default_params();
+        sp.draft_max = 4;
+        sp.adaptive = false;
+        assert_int_equal(fx_spec_create(ctx, d, &sp, &s, &err), FX_OK);
+        struct fx_sampler *smp = sampler(nv, 0.0f);
+        fx_token seq[N];
+        float *logits = malloc(sizeof(float) * (size_t)nv);
+        assert_non_null(logits);
+        memcpy(seq, text, sizeof(fx_token) * P);
+        assert_int_equal(fx_spec_prefill(s, seq, P - 1, 0, logits, &err), FX_OK);
+        int32_t n_seq = P;
+        /* Blocks 0, 2, 4 draft; 1, 3, 5 are plain, the last one too. */
+        for (int block = 0; block < 6; block++)
+            for (int j = 0; j < BLOCK; j++) {
+                bool on = block % 2 == 0;
+                struct collect c = {seq + n_seq, 0};
+                uint64_t before = fx_par_cold_entries();
+                assert_int_equal(
+                    fx_spec_step(s, smp, seq, n_seq, on ? N - n_seq : 1, collect, &c, NULL, &err),
+                    FX_OK);
+                n_seq += c.n;
+                if (!on) {
+                    assert_int_equal(fx_par_cold_entries() - before, 1);
+                    assert_int_equal(fx_context_mtp_len(ctx), n_seq - 1);
+                }
+            }
+        assert_memory_equal(seq, text, sizeof(fx_token) * (size_t)n_seq);
+        fx_token next = plain_head(plain, text, n_seq);
+        fx_token draft[1];
+        int32_t n_draft;
+        uint64_t before = fx_par_cold_entries();
+        assert_int_equal(fx_drafter_propose(d, seq, n_seq, 1, draft, &n_draft, &err), FX_OK);
+        assert_int_equal(fx_par_cold_entries() - before, 1);
+        assert_int_equal(n_draft, 1);
+        assert_int_equal(draft[0], next);
+        assert_int_equal(fx_context_mtp_len(ctx), n_seq);
+        assert_same_mtp_cache(ctx, plain, n_seq);
+
+        free(logits);
+        fx_sampler_free(smp);
+        fx_spec_free(s);
+        fx_drafter_free(d);
+        fx_context_free(ctx);
+        fx_context_free(plain);
+        fx_model_free(m);
+    }
 }
 
 /* A drafter made for one context is refused for another. */

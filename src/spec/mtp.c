@@ -10,9 +10,13 @@
  * kept token read rejected drafts: the cache is cut back before them, and a row whose kept token
  * is not the argmax (sampling) is computed again with the real token. Drafts after the first
  * chain through the head's own hidden output, one one-row pass each. A step that drafts nothing
- * (the controller measuring plain decoding, or speculation switched off) is a one-row folded
- * step too, so that the head's cache keeps up with the sequence: it costs the head's layer and
- * vocabulary projection for one row per token.
+ * (the controller measuring plain decoding, or speculation switched off) is a one-token prompt
+ * (fx_forward_prefill_mtp): the trunk and the head's cache row of the token evaluated, in one
+ * pool entry, without the head's vocabulary projection, which would cost about a third of the
+ * trunk on a small model. The head then holds the sequence's positions but not the row of the
+ * token after them, whose logits only a draft needs: the next step that drafts computes that row
+ * (one fx_forward_mtp row, reading the last token and the trunk's hidden row kept from the plain
+ * step, the same bits plain bookkeeping gives).
  *
  * held[q] is the token MTP position q read; the head's cache is taken as valid where held agrees
  * with the sequence, so any change of the sequence (a chat turn cut back, a row sampled away from
@@ -62,9 +66,11 @@ static void hidden_row(const struct mtp *m, int32_t p, float *out) {
         memset(out, 0, row);
 }
 
-/* Makes MTP positions 0..upto valid for seq and the head's row of upto available in m_logits:
- * cuts the cache back to where held agrees with seq, and computes the rest. */
-static fx_status catch_up(struct mtp *m, const fx_token *seq, int32_t upto, struct fx_error *err) {
+/* Makes MTP positions 0..upto valid for seq, and when logits is set the head's row of upto
+ * available in m_logits: cuts the cache back to where held agrees with seq, and computes the
+ * rest. */
+static fx_status catch_up(struct mtp *m, const fx_token *seq, int32_t upto, bool logits,
+                          struct fx_error *err) {
     struct fx_context *ctx = m->base.ctx;
     int32_t v = m->n_valid < upto + 1 ? m->n_valid : upto + 1;
     if (v > fx_context_mtp_len(ctx))
@@ -74,7 +80,7 @@ static fx_status catch_up(struct mtp *m, const fx_token *seq, int32_t upto, stru
             v = q;
             break;
         }
-    if (v == upto + 1 && upto >= m->m_pos0 && upto < m->m_pos0 + m->m_n) {
+    if (v == upto + 1 && (!logits || (upto >= m->m_pos0 && upto < m->m_pos0 + m->m_n))) {
         m->n_valid = v;
         return fx_context_mtp_truncate(ctx, v, err);
     }
@@ -105,7 +111,7 @@ static fx_status mtp_prefill(struct fx_drafter *d, const fx_token *seq, int32_t 
     size_t row = (size_t)m->n_embd * sizeof(float);
     /* The head holds the positions before the prompt first (their rows read hidden rows of
      * earlier calls). */
-    fx_status st = pos0 > 0 ? catch_up(m, seq, pos0 - 1, err) : FX_OK;
+    fx_status st = pos0 > 0 ? catch_up(m, seq, pos0 - 1, false, err) : FX_OK;
     for (int32_t c0 = pos0, cn; c0 < n_seq && st == FX_OK; c0 += cn) {
         cn = n_seq - c0 < PREFILL_ROWS ? n_seq - c0 : PREFILL_ROWS;
         /* h row 0: the hidden row before the pass, which the head's first row reads. */
@@ -130,13 +136,15 @@ static fx_status mtp_verify(struct fx_drafter *d, const fx_token *seq, int32_t n
     struct mtp *m = (struct mtp *)d;
     int32_t pos = n_seq - 1;
     FX_ASSERT(n <= ROWS);
+    /* A plain step: rows[0] is seq[pos], a one-token prompt (see the top of the file). */
+    if (n == 1)
+        return mtp_prefill(d, seq, n_seq, pos, logits, err);
     /* At the end of the context the head's rows do not fit: the trunk alone. */
     if (pos + n + 1 > m->n_ctx) {
         m->h_n = 0;
-        return n == 1 ? fx_forward_token(d->ctx, rows[0], pos, logits, err)
-                      : fx_forward_verify(d->ctx, rows, n, pos, logits, err);
+        return fx_forward_verify(d->ctx, rows, n, pos, logits, err);
     }
-    fx_status st = catch_up(m, seq, pos, err);
+    fx_status st = catch_up(m, seq, pos, false, err);
     if (st != FX_OK)
         return st;
     struct fx_verify_mtp_out out = {logits, m->h, m->argmax, m->m_logits, m->m_hidden};
@@ -162,7 +170,7 @@ static fx_status mtp_propose(struct fx_drafter *d, const fx_token *seq, int32_t 
         k = m->n_ctx - pos - 2;
     if (k <= 0)
         return FX_OK;
-    fx_status st = catch_up(m, seq, pos, err);
+    fx_status st = catch_up(m, seq, pos, true, err);
     if (st != FX_OK)
         return st;
     size_t r = (size_t)(pos - m->m_pos0);
