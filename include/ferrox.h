@@ -496,6 +496,43 @@ fx_status fx_forward_mtp(struct fx_context *ctx, const fx_token *tokens, const f
                          struct fx_error *err);
 /* Positions currently held by the context's MTP cache. */
 int32_t fx_context_mtp_len(const struct fx_context *ctx);
+/* Keeps the first n positions of the MTP cache (n <= fx_context_mtp_len): after a verify step,
+ * the rows that read rejected drafts. The trunk's cache is not touched. */
+fx_status fx_context_mtp_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err);
+
+/* The outputs of fx_forward_verify_mtp, for a call of n rows. */
+struct fx_verify_mtp_out {
+    float *logits;     /* [n][n_vocab] the trunk's, as fx_forward_verify's */
+    float *hidden;     /* [n][n_embd] the trunk's final normed hidden states */
+    fx_token *argmax;  /* [n] the trunk's greedy token of each row (the largest logit, ties to
+                        * the lowest id): the token the head's row reads */
+    float *mtp_logits; /* [n][n_vocab] row i: the head's prediction of the token after argmax[i] */
+    float *mtp_hidden; /* [n][n_embd] the head's hidden output (to chain drafts on), or NULL */
+};
+/* A verify step with the MTP head folded in (speculative decoding with the model's own head):
+ * fx_forward_verify over n rows at pos0..pos0+n-1 (the same bits, the same snapshots), then, in
+ * the same entry of the worker pool, the head over n rows at MTP positions pos0+1..pos0+n, row i
+ * reading (argmax[i], hidden[i]): the trunk's own greedy token for the position after row i and
+ * row i's hidden state, the pairing fx_forward_mtp documents. When the token kept after row i is
+ * argmax[i] (always at temperature 0), mtp_logits row i is the head's draft for the position
+ * after it, with no further pass; rows after the last one kept read rejected drafts and are cut
+ * with fx_context_mtp_truncate, and a row whose kept token differs from argmax[i] is computed
+ * again with fx_forward_mtp. The MTP cache must hold position pos0 (fx_context_mtp_len >= pos0 +
+ * 1; rows after it are dropped), and pos0 + n < n_ctx. Afterwards the trunk's cache holds pos0 + n
+ * positions and the MTP cache pos0 + n + 1. */
+fx_status fx_forward_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                int32_t pos0, const struct fx_verify_mtp_out *out,
+                                struct fx_error *err);
+/* A prompt (or the rest of one) with the MTP head caught up in the same pool entry: the trunk
+ * as fx_forward_batch_last (logits [n_vocab] of the last row, the same bits), keeping its final
+ * normed hidden rows, then the head over the same n tokens at MTP positions pos0..pos0+n-1, row
+ * i reading tokens[i] and the trunk's hidden row of the position before. hidden: [n + 1][n_embd];
+ * row 0 is read: the trunk's hidden row of position pos0 - 1 (zeros at pos0 0, or when not
+ * known); rows 1..n receive this call's rows. The head's logits are not computed (the next draft
+ * needs the token after the prompt, which the prompt's logits have yet to give). The MTP cache
+ * must hold pos0 positions (rows after them are dropped); afterwards it holds pos0 + n. */
+fx_status fx_forward_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                 int32_t pos0, float *logits, float *hidden, struct fx_error *err);
 
 /* Saved state (llama.cpp's --prompt-cache and slot save): the keys and values of a sequence's
  * first n positions and their token ids in one file, with the identity of the model they were
@@ -731,18 +768,20 @@ void fx_sampler_reset(struct fx_sampler *s);
  * fx_context_kv_truncate. A row's arithmetic does not depend on its batch, so a row scored during
  * verification has the bits it would have had in plain decoding.
  *
- * Drafters here are deterministic (prompt lookup, a draft model run greedily), so the drafting
- * distribution q is a point mass on the draft x. The speculative-sampling rule (accept x with
- * probability min(1, p(x) / q(x)), else draw from the normalised max(0, p - q)) then reads:
- * accept x with probability p(x), else draw from p without x. Drawing the row's token from p
- * with the sampler's next random number and accepting x when it is that token is exactly this
- * rule, and consumes the random numbers plain decoding consumes: with the same seed and
- * parameters, speculative output is byte-identical to plain decoding at every temperature, not
- * only at temperature 0. fx_sampler_sample_draft also implements the rule for a general q.
+ * Drafters here are deterministic (prompt lookup, a draft model or the model's own MTP head run
+ * greedily), so the drafting distribution q is a point mass on the draft x. The
+ * speculative-sampling rule (accept x with probability min(1, p(x) / q(x)), else draw from the
+ * normalised max(0, p - q)) then reads: accept x with probability p(x), else draw from p without
+ * x. Drawing the row's token from p with the sampler's next random number and accepting x when
+ * it is that token is exactly this rule, and consumes the random numbers plain decoding consumes:
+ * with the same seed and parameters, speculative output is byte-identical to plain decoding at
+ * every temperature, not only at temperature 0. fx_sampler_sample_draft also implements the rule
+ * for a general q.
  *
  * Ownership and threads: a drafter and a speculation state belong to one thread at a time, with
  * the context they work on. A draft-model drafter owns its own context over a borrowed draft
- * model; fx_spec borrows the target's context and the drafter.
+ * model; the MTP drafter borrows the target's context; fx_spec borrows the target's context and
+ * the drafter.
  * ------------------------------------------------------------------------------------------- */
 
 /* The distribution the sampler draws from for logits [n_vocab], after the whole chain (bias,
@@ -783,8 +822,17 @@ fx_status fx_drafter_ngram_create(const struct fx_drafter_ngram_params *params,
 fx_status fx_drafter_model_create(const struct fx_model *target, const struct fx_model *draft,
                                   const struct fx_context_params *cp, struct fx_drafter **out,
                                   struct fx_error *err);
+/* The model's own multi-token-prediction head (fx_model_n_nextn > 0; Qwen3.5's NextN block),
+ * inside the target's context ctx (borrowed; the head's cache is part of it), which fx_spec must
+ * then run on: a step that drafts is fx_forward_verify_mtp, whose folded head rows give the next
+ * step's first draft; further drafts chain through the head's hidden output (one fx_forward_mtp
+ * row each). Prompts, and steps that draft nothing, are evaluated through fx_forward_prefill_mtp,
+ * which catches the head up in the same pass without its vocabulary projection; the next draft
+ * then costs one fx_forward_mtp row first. FX_ERR_UNSUPPORTED for a model without a head. */
+fx_status fx_drafter_mtp_create(struct fx_context *ctx, struct fx_drafter **out,
+                                struct fx_error *err);
 void fx_drafter_free(struct fx_drafter *d);
-/* "ngram" or "draft". */
+/* "ngram", "draft" or "mtp". */
 const char *fx_drafter_name(const struct fx_drafter *d);
 
 /* Proposes up to k (>= 0) tokens to follow seq[0..n_seq) into draft[0..*n_draft). Entries of
@@ -818,14 +866,22 @@ void fx_spec_free(struct fx_spec *s);
 /* Receives each token a step yields, in order; setting *stop ends the step after this token. */
 typedef fx_status (*fx_spec_emit_fn)(void *user, fx_token token, bool *stop, struct fx_error *err);
 
+/* Evaluates a prompt (or the rest of one) seq[pos0..n_seq) at positions pos0.. of the context,
+ * as fx_forward_batch_last: logits [n_vocab] of its last row. A drafter that reads the target's
+ * hidden states (the MTP head) sees them on the way and catches up; for the others this is
+ * fx_forward_batch_last itself. */
+fx_status fx_spec_prefill(struct fx_spec *s, const fx_token *seq, int32_t n_seq, int32_t pos0,
+                          float *logits, struct fx_error *err);
+
 /* One decoding step. seq[0..n_seq) is the sequence; its last token has been sampled (and
  * accepted by the sampler) but not evaluated: fx_context_kv_len(ctx) == n_seq - 1. The step
  * drafts up to k tokens (k <= n_max - 1 when n_max > 0, and within the context), evaluates [last,
- * drafts] in one fx_forward_batch (one fx_forward_token when nothing is drafted), then for each
- * row in order samples its token (fx_sampler_sample_draft), accepts it into the sampler and hands
- * it to emit, until a token differs from its draft, the rows run out, or emit says stop. The cache
- * then holds the sequence and every yielded token except the last (rejected rows rolled back);
- * *n_out (may be NULL) receives the number of tokens yielded (>= 1 on success). */
+ * drafts] in one fx_forward_batch (one fx_forward_token when nothing is drafted; with the MTP
+ * drafter one fx_forward_verify_mtp, or one fx_forward_prefill_mtp when nothing is drafted), then
+ * for each row in order samples its token (fx_sampler_sample_draft), accepts it into the sampler
+ * and hands it to emit, until a token differs from its draft, the rows run out, or emit says
+ * stop. The cache then holds the sequence and every yielded token except the last (rejected rows
+ * rolled back); *n_out (may be NULL) receives the number of tokens yielded (>= 1 on success). */
 fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token *seq,
                        int32_t n_seq, int32_t n_max, fx_spec_emit_fn emit, void *user,
                        int32_t *n_out, struct fx_error *err);

@@ -69,6 +69,39 @@ void fx_test_golden_free(struct fx_golden *g) {
     g->logits = g->logits_kvf32 = NULL;
 }
 
+void fx_test_mtp_golden_load(const char *stem, struct fx_mtp_golden *g) {
+    memset(g, 0, sizeof *g);
+    char rel[256];
+    snprintf(rel, sizeof rel, "qwen35/golden/%s.mtp.json", stem);
+    const char *path = fx_test_fixture(rel);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s: %s", path, jerr.text);
+    snprintf(rel, sizeof rel, "qwen35/models/%s",
+             json_string_value(json_object_get(root, "model_file")));
+    snprintf(g->model_path, sizeof g->model_path, "%s", fx_test_fixture(rel));
+    g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
+    g->n_embd = (int)json_integer_value(json_object_get(root, "n_embd"));
+    g->n = read_ids(root, "prompt_ids", g->prompt);
+    g->next = (fx_token)json_integer_value(json_object_get(root, "trunk_greedy_next"));
+    assert_int_equal(read_ids(root, "mtp_argmax", g->argmax), g->n + 1);
+    g->n_chain = read_ids(root, "draft_chain", g->chain);
+    snprintf(rel, sizeof rel, "qwen35/golden/%s",
+             json_string_value(json_object_get(root, "h_nextn_file")));
+    g->h = read_logits(rel, g->n, g->n_embd);
+    snprintf(rel, sizeof rel, "qwen35/golden/%s",
+             json_string_value(json_object_get(root, "mtp_logits_file")));
+    g->logits = read_logits(rel, g->n + 1, g->n_vocab);
+    json_decref(root);
+}
+
+void fx_test_mtp_golden_free(struct fx_mtp_golden *g) {
+    free(g->h);
+    free(g->logits);
+    g->h = g->logits = NULL;
+}
+
 int fx_test_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)

@@ -27,6 +27,20 @@ struct fx_golden {
 void fx_test_golden_load(const char *stem, struct fx_golden *g);
 void fx_test_golden_free(struct fx_golden *g);
 
+/* The MTP-head goldens of the Qwen3.5 fixtures (fixtures/qwen35/README.md, "MTP / NextN head"):
+ * golden/<stem>.mtp.json and the files it names. */
+struct fx_mtp_golden {
+    char model_path[PATH_MAX];
+    int n, n_vocab, n_embd, n_chain;
+    fx_token prompt[FX_GOLDEN_MAX_IDS], next, argmax[FX_GOLDEN_MAX_IDS], chain[FX_GOLDEN_MAX_IDS];
+    float *h;      /* [n][n_embd] the trunk's h_nextn rows */
+    float *logits; /* [n + 1][n_vocab] the head's logits at MTP positions 0..n */
+};
+
+/* Loads qwen35/golden/<stem>.mtp.json (e.g. "qwen35-tiny.F32.P1"). */
+void fx_test_mtp_golden_load(const char *stem, struct fx_mtp_golden *g);
+void fx_test_mtp_golden_free(struct fx_mtp_golden *g);
+
 /* The first index of the largest of x[0..n). */
 int fx_test_argmax(const float *x, int n);
 /* The largest |a[i] - b[i]| over n values; infinity when either holds a NaN. */

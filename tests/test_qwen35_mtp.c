@@ -11,7 +11,6 @@
 #include "fx_test.h"
 #include "golden.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,62 +18,12 @@
 #include "core/par.h"
 #include "ferrox.h"
 
-#define MAX_IDS 64
+#define MAX_IDS FX_GOLDEN_MAX_IDS
 #define TOL     1e-4
 
-struct mtp_golden {
-    char model_path[4096];
-    int n, n_vocab, n_embd, n_chain;
-    fx_token prompt[MAX_IDS], next, argmax[MAX_IDS], chain[MAX_IDS];
-    float *h;      /* [n][n_embd] the trunk's h_nextn rows */
-    float *logits; /* [n + 1][n_vocab] the head's logits at MTP positions 0..n */
-};
-
-static int read_ids(json_t *a, fx_token *out) {
-    assert_true(json_is_array(a) && json_array_size(a) <= MAX_IDS);
-    for (size_t i = 0; i < json_array_size(a); i++)
-        out[i] = (fx_token)json_integer_value(json_array_get(a, i));
-    return (int)json_array_size(a);
-}
-
-static float *read_floats(const char *name, size_t count) {
-    char rel[256];
-    snprintf(rel, sizeof rel, "qwen35/golden/%s", name);
-    size_t size;
-    float *x = (float *)fx_test_read_file(fx_test_fixture(rel), &size);
-    if (size != count * sizeof(float))
-        fail_msg("%s: %zu bytes, expected %zu floats", rel, size, count);
-    return x;
-}
-
-static void load_golden(const char *stem, struct mtp_golden *g) {
-    memset(g, 0, sizeof *g);
-    char rel[256];
-    snprintf(rel, sizeof rel, "qwen35/golden/%s.mtp.json", stem);
-    const char *path = fx_test_fixture(rel);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        fail_msg("%s: %s", path, jerr.text);
-    snprintf(rel, sizeof rel, "qwen35/models/%s",
-             json_string_value(json_object_get(root, "model_file")));
-    snprintf(g->model_path, sizeof g->model_path, "%s", fx_test_fixture(rel));
-    g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
-    g->n_embd = (int)json_integer_value(json_object_get(root, "n_embd"));
-    g->n = read_ids(json_object_get(root, "prompt_ids"), g->prompt);
-    g->next = (fx_token)json_integer_value(json_object_get(root, "trunk_greedy_next"));
-    assert_int_equal(read_ids(json_object_get(root, "mtp_argmax"), g->argmax), g->n + 1);
-    g->n_chain = read_ids(json_object_get(root, "draft_chain"), g->chain);
-    g->h = read_floats(json_string_value(json_object_get(root, "h_nextn_file")),
-                       (size_t)g->n * (size_t)g->n_embd);
-    g->logits = read_floats(json_string_value(json_object_get(root, "mtp_logits_file")),
-                            (size_t)(g->n + 1) * (size_t)g->n_vocab);
-    json_decref(root);
-}
-
 static void check_mtp(const char *stem) {
-    struct mtp_golden g;
-    load_golden(stem, &g);
+    struct fx_mtp_golden g;
+    fx_test_mtp_golden_load(stem, &g);
     struct fx_model *m;
     struct fx_error err;
     if (fx_model_load(g.model_path, NULL, &m, &err) != FX_OK)
@@ -141,8 +90,7 @@ static void check_mtp(const char *stem) {
     free(hm);
     free(logits);
     free(seq);
-    free(g.h);
-    free(g.logits);
+    fx_test_mtp_golden_free(&g);
     fx_context_free(ctx);
     fx_model_free(m);
 }

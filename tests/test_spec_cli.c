@@ -199,7 +199,7 @@ FX_TEST(spec_cli_refuses_bad_options_and_another_vocabulary) {
     char *err;
     const char *bad_kind[] = {"--spec", "medusa", NULL};
     free(run(base, bad_kind, NULL, 2, &err));
-    assert_non_null(strstr(err, "--spec (ngram, draft or none)"));
+    assert_non_null(strstr(err, "--spec (ngram, draft, mtp or none)"));
     free(err);
     const char *bad_max[] = {"--draft-max", "300", NULL};
     free(run(base, bad_max, NULL, 2, &err));

@@ -82,8 +82,10 @@ void fx_cli_gen_expand_aliases(int argc, char **argv) {
 }
 
 static bool parse_spec(const char *s, enum fx_cli_spec *out) {
-    static const char *const names[] = {
-        [FX_CLI_SPEC_NONE] = "none", [FX_CLI_SPEC_NGRAM] = "ngram", [FX_CLI_SPEC_DRAFT] = "draft"};
+    static const char *const names[] = {[FX_CLI_SPEC_NONE] = "none",
+                                        [FX_CLI_SPEC_NGRAM] = "ngram",
+                                        [FX_CLI_SPEC_DRAFT] = "draft",
+                                        [FX_CLI_SPEC_MTP] = "mtp"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(s, names[i]) == 0) {
             *out = (enum fx_cli_spec)i;
@@ -167,7 +169,7 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
         o->ignore_eos = true;
         return 1;
     case FX_CLI_OPT_SPEC:
-        ok = parse_spec(arg, &o->spec), what = "--spec (ngram, draft or none)";
+        ok = parse_spec(arg, &o->spec), what = "--spec (ngram, draft, mtp or none)";
         o->spec_given = true;
         break;
     case FX_CLI_OPT_DRAFT_MAX:
@@ -234,8 +236,9 @@ void fx_cli_gen_usage(FILE *out) {
             "  -l, --logit-bias ID+B     add B to token ID's logit (ID-inf bans it); repeatable\n"
             "  -s, --seed S              random seed (default -1: a new one each run, printed)\n"
             "speculative decoding (the same text as without, several tokens per step):\n"
-            "  --spec KIND               ngram (prompt lookup), draft (a draft model, -md) or\n"
-            "                            none (default %s; draft when -md is given)\n"
+            "  --spec KIND               ngram (prompt lookup), draft (a draft model, -md),\n"
+            "                            mtp (the model's own MTP head: Qwen3.5) or none\n"
+            "                            (default %s; draft when -md is given)\n"
             "  -md, --model-draft FILE   a draft model with the same vocabulary\n"
             "  --draft-max N             most tokens drafted per step (default %d; 0: none)\n"
             "  --draft-min N             drafts shorter than N are not verified (default %d)\n"
@@ -369,6 +372,9 @@ static fx_status spec_create(struct fx_cli_gen *g, const struct fx_cli_gen_opts 
     fx_status st;
     if (o->spec == FX_CLI_SPEC_NGRAM) {
         st = fx_drafter_ngram_create(NULL, &g->drafter, err);
+    } else if (o->spec == FX_CLI_SPEC_MTP) {
+        if ((st = fx_drafter_mtp_create(g->ctx, &g->drafter, err)) != FX_OK)
+            fx_error_prefix(err, "--spec mtp");
     } else {
         if (!o->draft_path)
             return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
@@ -470,15 +476,17 @@ done:
 
 fx_status fx_cli_gen_prefill(struct fx_cli_gen *g, const fx_token *tokens, int32_t n, int32_t pos0,
                              struct fx_error *err) {
-    fx_status st = fx_forward_batch_last(g->ctx, tokens, n, pos0, g->logits, err);
+    /* The sequence first: a drafter that reads the prompt's hidden states (the MTP head) is
+     * shown it by fx_spec_prefill. */
+    memcpy(g->seq + pos0, tokens, (size_t)n * sizeof *tokens);
+    fx_status st = g->spec ? fx_spec_prefill(g->spec, g->seq, pos0 + n, pos0, g->logits, err)
+                           : fx_forward_batch_last(g->ctx, tokens, n, pos0, g->logits, err);
     if (g->moe_verbose)
         fx_cli_moe_report(fx_context_model(g->ctx), "prompt", &g->moe_last);
     for (int32_t i = 0; i < n && st == FX_OK; i++)
         st = fx_sampler_accept(g->sampler, tokens[i], err);
-    if (st == FX_OK) {
-        memcpy(g->seq + pos0, tokens, (size_t)n * sizeof *tokens);
+    if (st == FX_OK)
         g->n_seq = pos0 + n;
-    }
     return st;
 }
 

@@ -65,7 +65,7 @@ enum {
     }
 
 /* --spec: what drafts tokens for speculative decoding. */
-enum fx_cli_spec { FX_CLI_SPEC_NONE, FX_CLI_SPEC_NGRAM, FX_CLI_SPEC_DRAFT };
+enum fx_cli_spec { FX_CLI_SPEC_NONE, FX_CLI_SPEC_NGRAM, FX_CLI_SPEC_DRAFT, FX_CLI_SPEC_MTP };
 /* The default, chosen by measurement (docs/PERFORMANCE.md, "Speculative decoding"). */
 #define FX_CLI_SPEC_DEFAULT FX_CLI_SPEC_NGRAM
 

@@ -388,6 +388,14 @@ int32_t fx_context_mtp_len(const struct fx_context *ctx) {
     return ctx->mtp_len;
 }
 
+fx_status fx_context_mtp_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err) {
+    if (n < 0 || n > ctx->mtp_len)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "cannot truncate an MTP cache of %d positions to %d", ctx->mtp_len, n);
+    ctx->mtp_len = n;
+    return FX_OK;
+}
+
 fx_status fx_context_kv_truncate(struct fx_context *ctx, int32_t n, struct fx_error *err) {
     if (n < 0 || n > ctx->kv.n_filled)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,

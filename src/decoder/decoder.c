@@ -169,9 +169,20 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         out_norm = m->mtp[0].head_norm ? m->mtp[0].head_norm : m->output_norm;
         head = &m->mtp[0].head;
     }
+    if (f->logits_rows == FX_LOGITS_NONE && !f->hidden)
+        return; /* a call kept for its cache rows only (the MTP head's catch-up) */
     const float *x = ctx->s.x;
     float *logits = f->logits + c->row0 * n_vocab;
     if (f->logits_rows == FX_LOGITS_LAST) {
+        /* A prefill that keeps every row's hidden state (for the MTP head): the rows' norms
+         * here, the last row's logits below as without. */
+        if (f->hidden) {
+            int64_t b, e;
+            fx_dec_norm_input_on_worker(w, ctx, ctx->s.xn, x, out_norm, c->n, dim, 0, NULL);
+            fx_dec_own_rows(w, c->n, &b, &e);
+            memcpy(f->hidden + (c->row0 + b) * dim, ctx->s.xn + b * dim,
+                   (size_t)((e - b) * dim) * sizeof(float));
+        }
         if (c->row0 + c->n != f->n)
             return; /* the call's last row is in a later chunk */
         r0 = c->n - 1;
@@ -242,8 +253,8 @@ static int64_t attention_blocks(const struct fx_worker *w, const struct fx_chunk
     return n_att;
 }
 
-void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
-    const struct fx_fwd *f = arg;
+/* One call's chunks. */
+static void call_on_worker(const struct fx_worker *w, const struct fx_fwd *f) {
     const struct fx_context *ctx = f->ctx;
     const struct fx_model *m = ctx->model;
     for (int64_t row0 = 0; row0 < f->n; row0 += ctx->n_batch) {
@@ -281,4 +292,19 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
         /* The next chunk overwrites the scratch every worker may still be reading. */
         fx_par_barrier(w);
     }
+}
+
+void fx_forward_on_worker(const struct fx_worker *w, void *arg) {
+    const struct fx_fwd *f = arg;
+    call_on_worker(w, f);
+    if (!f->then)
+        return;
+    if (f->argmax) { /* the second call's tokens: the greedy token of each of this call's rows */
+        int64_t n_vocab = f->ctx->model->hp.n_vocab, b, e;
+        fx_dec_own_rows(w, f->n, &b, &e);
+        for (int64_t i = b; i < e; i++)
+            f->argmax[i] = (fx_token)f->ctx->k->argmax(f->logits + i * n_vocab, n_vocab);
+        fx_par_barrier(w);
+    }
+    call_on_worker(w, f->then);
 }

@@ -152,6 +152,12 @@ struct fx_fwd {
      * a hybrid model over the contiguous cache), or NULL: no snapshots. A multi-sequence step's
      * are its sequences' (fx_kv_step_snap). */
     struct fx_rstate *snap;
+    /* A second call run after this one in the same pool entry, or NULL: the MTP head over the
+     * rows of a verify step or a prefill (fx_forward_verify_mtp, fx_forward_prefill_mtp), whose
+     * hidden inputs are this call's hidden rows. argmax: NULL, or [n] where each of this call's
+     * logits rows has its argmax written between the two calls (the second call's tokens). */
+    const struct fx_fwd *then;
+    fx_token *argmax;
 };
 
 /* Where the recurrent state after row i of call f is to be copied, or NULL. */
@@ -190,6 +196,21 @@ fx_status fx_fwd_prepare_multi(struct fx_context *ctx, struct fx_kv_pool *pool,
 fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
                              int64_t n, int32_t pos0, float *logits, float *hidden,
                              struct fx_fwd *out, struct fx_error *err);
+/* A verify step over the context's contiguous cache whose rows the MTP head then reads, at MTP
+ * positions pos0 + 1 .. pos0 + n (fx_forward_verify_mtp): trunk is prepared, mtp is prepared and
+ * linked as trunk.then. */
+fx_status fx_fwd_prepare_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                                    int32_t pos0, float *logits, float *hidden, fx_token *argmax,
+                                    float *mtp_logits, float *mtp_hidden, struct fx_fwd *trunk,
+                                    struct fx_fwd *mtp, struct fx_error *err);
+/* A prefill over the context's contiguous cache (last row's logits, every hidden row into
+ * hidden + n_embd) whose rows the MTP head then reads at MTP positions pos0..pos0+n-1, row i
+ * reading hidden row i (fx_forward_prefill_mtp): trunk is prepared, mtp is prepared and linked as
+ * trunk.then. */
+fx_status fx_fwd_prepare_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                                     int32_t pos0, float *logits, float *hidden,
+                                     struct fx_fwd *trunk, struct fx_fwd *mtp,
+                                     struct fx_error *err);
 /* The forward body every worker runs (one fx_par_run). */
 void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache or the sequences are filled. */

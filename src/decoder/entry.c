@@ -71,6 +71,25 @@ fx_status fx_forward_batch_with_hidden(struct fx_context *ctx, const fx_token *t
     return forward(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, false, err);
 }
 
+fx_status fx_forward_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                int32_t pos0, const struct fx_verify_mtp_out *out,
+                                struct fx_error *err) {
+    if (!out)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "the output buffers are NULL");
+    struct fx_fwd f, mtp;
+    return run(fx_fwd_prepare_verify_mtp(ctx, tokens, n, pos0, out->logits, out->hidden,
+                                         out->argmax, out->mtp_logits, out->mtp_hidden, &f, &mtp,
+                                         err),
+               &f, err);
+}
+
+fx_status fx_forward_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int32_t n,
+                                 int32_t pos0, float *logits, float *hidden, struct fx_error *err) {
+    struct fx_fwd f, mtp;
+    return run(fx_fwd_prepare_prefill_mtp(ctx, tokens, n, pos0, logits, hidden, &f, &mtp, err), &f,
+               err);
+}
+
 fx_status fx_forward_batch_last(struct fx_context *ctx, const fx_token *tokens, int32_t n,
                                 int32_t pos0, float *logits, struct fx_error *err) {
     return forward(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits, NULL, false, err);

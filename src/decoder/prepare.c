@@ -129,6 +129,79 @@ fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, con
     return FX_OK;
 }
 
+fx_status fx_fwd_prepare_verify_mtp(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                                    int32_t pos0, float *logits, float *hidden, fx_token *argmax,
+                                    float *mtp_logits, float *mtp_hidden, struct fx_fwd *trunk,
+                                    struct fx_fwd *mtp, struct fx_error *err) {
+    if (ctx->model->hp.n_nextn == 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "this %s model has no multi-token-prediction head", ctx->model->arch);
+    if (!hidden || !argmax || !mtp_logits)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a verify step with the MTP head needs hidden-state, argmax and MTP "
+                            "logits buffers");
+    /* The head's row i is at MTP position pos0 + 1 + i: the cache must hold pos0 (the last
+     * accepted token's row), and the last row must fit the context. */
+    if (pos0 >= 0 && pos0 + 1 > ctx->mtp_len)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a verify step at position %d with the MTP head needs the MTP cache to "
+                            "hold position %d (it holds %d positions)",
+                            pos0, pos0, ctx->mtp_len);
+    if (n >= 1 && pos0 >= 0 && n > ctx->n_ctx - pos0 - 1)
+        return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
+                            "%lld tokens at position %d and their MTP rows after them exceed the "
+                            "context of %d",
+                            (long long)n, pos0, ctx->n_ctx);
+    fx_status st =
+        fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, true, trunk, err);
+    if (st)
+        return st;
+    /* The head's tokens are the trunk's argmax, written in the pool entry: checked there. */
+    *mtp = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = argmax,
+        .n = n,
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0 + 1}},
+        .logits_rows = FX_LOGITS_ALL,
+        .logits = mtp_logits,
+        .hidden = mtp_hidden,
+        .hidden_in = hidden,
+    };
+    trunk->then = mtp;
+    trunk->argmax = argmax;
+    return FX_OK;
+}
+
+fx_status fx_fwd_prepare_prefill_mtp(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                                     int32_t pos0, float *logits, float *hidden,
+                                     struct fx_fwd *trunk, struct fx_fwd *mtp,
+                                     struct fx_error *err) {
+    if (ctx->model->hp.n_nextn == 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "this %s model has no multi-token-prediction head", ctx->model->arch);
+    if (!hidden)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
+    if (pos0 >= 0 && pos0 > ctx->mtp_len)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "a prefill at position %d with the MTP head needs the MTP cache to "
+                            "hold %d positions (it holds %d)",
+                            pos0, pos0, ctx->mtp_len);
+    fx_status st = fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits,
+                                  hidden + ctx->model->hp.n_embd, false, trunk, err);
+    if (st)
+        return st;
+    *mtp = (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .logits_rows = FX_LOGITS_NONE,
+        .hidden_in = hidden,
+    };
+    trunk->then = mtp;
+    return FX_OK;
+}
+
 /* The checks every pool step shares: the pool is the model's, the positions fit the context's
  * rope table. */
 static fx_status check_pool(const struct fx_context *ctx, const struct fx_kv_pool *pool,
@@ -290,6 +363,8 @@ done:
 }
 
 void fx_fwd_finish(const struct fx_fwd *f) {
+    if (f->then)
+        fx_fwd_finish(f->then);
     switch (f->kv.kind) {
     case FX_KV_CONTIG:
         /* Writing at pos0 drops whatever followed it: the cache now ends with this call's rows. */

@@ -22,15 +22,6 @@ struct draft_model {
     int32_t origin; /* the sequence position of held[0] (after the last unknown token) */
 };
 
-/* The largest logit's index, ties to the lowest. */
-static fx_token argmax(const float *x, int32_t n) {
-    fx_token best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
-}
-
 static fx_status draft_propose(struct fx_drafter *d, const fx_token *seq, int32_t n_seq, int32_t k,
                                fx_token *draft, int32_t *n_draft, struct fx_error *err) {
     struct draft_model *dm = (struct draft_model *)d;
@@ -68,7 +59,7 @@ static fx_status draft_propose(struct fx_drafter *d, const fx_token *seq, int32_
     memcpy(dm->held + keep, s + keep, (size_t)(n - keep) * sizeof *s);
     int32_t m = 0;
     for (;;) {
-        fx_token t = argmax(dm->logits, dm->n_vocab);
+        fx_token t = fx_drafter_argmax(dm->logits, dm->n_vocab);
         if (t >= dm->n_vocab_target) /* a token the target has no logit for: stop there */
             break;
         draft[m++] = t;

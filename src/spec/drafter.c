@@ -27,3 +27,11 @@ void fx_drafter_accepted(struct fx_drafter *d, int32_t n_draft, int32_t n_accept
     if (d->ops->accepted)
         d->ops->accepted(d, n_draft, n_accepted);
 }
+
+fx_token fx_drafter_argmax(const float *x, int32_t n) {
+    fx_token best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}

@@ -69,6 +69,10 @@ fx_status fx_spec_create(struct fx_context *ctx, struct fx_drafter *d,
     if (!ctx || !d)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "speculation: a context and a drafter are needed");
+    if (d->ctx && d->ctx != ctx)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "speculation: the %s drafter works in another context",
+                            fx_drafter_name(d));
     struct fx_spec *s = calloc(1, sizeof *s);
     int32_t n_vocab = fx_model_n_vocab(fx_context_model(ctx));
     if (s) {
@@ -217,6 +221,27 @@ fx_status fx_spec_accept(struct fx_sampler *smp, const float *logits, int32_t n_
 /* ---- one step over a context ------------------------------------------------------------------
  */
 
+/* The step's forward pass over rows[0..n) at the sequence's last position: the drafter's own
+ * when it reads the target's outputs. */
+static fx_status evaluate(struct fx_spec *s, const fx_token *seq, int32_t n_seq, int32_t n,
+                          struct fx_error *err) {
+    if (s->d->ops->verify)
+        return s->d->ops->verify(s->d, seq, n_seq, s->rows, n, s->logits, err);
+    if (n == 1)
+        return fx_forward_token(s->ctx, s->rows[0], n_seq - 1, s->logits, err);
+    return fx_forward_verify(s->ctx, s->rows, n, n_seq - 1, s->logits, err);
+}
+
+fx_status fx_spec_prefill(struct fx_spec *s, const fx_token *seq, int32_t n_seq, int32_t pos0,
+                          float *logits, struct fx_error *err) {
+    if (!seq || pos0 < 0 || pos0 >= n_seq)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                            "speculation: a prompt of tokens %d..%d", (int)pos0, (int)n_seq - 1);
+    if (s->d->ops->prefill)
+        return s->d->ops->prefill(s->d, seq, n_seq, pos0, logits, err);
+    return fx_forward_batch_last(s->ctx, seq + pos0, n_seq - pos0, pos0, logits, err);
+}
+
 struct step_emit {
     fx_spec_emit_fn emit;
     void *user;
@@ -267,7 +292,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
     if (n_draft == 0) {
         bool stop = false;
         fx_token t;
-        if ((st = fx_forward_token(s->ctx, s->rows[0], pos, s->logits, err)))
+        if ((st = evaluate(s, seq, n_seq, 1, err)))
             return st;
         fx_spec_ctl_plain(&s->ctl, now() - t0, pos);
         if ((st = fx_sampler_sample(smp, s->logits, &t, err)) ||
@@ -278,7 +303,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
         return emit(user, t, &stop, err);
     }
 
-    if ((st = fx_forward_verify(s->ctx, s->rows, n_draft + 1, pos, s->logits, err)))
+    if ((st = evaluate(s, seq, n_seq, n_draft + 1, err)))
         return st;
     double dt = now() - t0;
     int32_t out = 0, kept = 0;
