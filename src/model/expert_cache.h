@@ -13,11 +13,11 @@
  * quotas with least-recently-used eviction: each layer may keep n_slots / n_layer experts (at
  * least one) and a layer that needs a slot takes its own least recently used expert once it holds
  * its quota, else one from a layer over its quota, else the least recently used of any layer.
- * Plain LRU would be the worst policy here: a token visits the layers in order, so with fewer
- * slots than a token's experts LRU always evicts the layer needed next, while quotas keep each
- * layer's recent experts for the next token, whose routing they often repeat. The other policies
- * (plain LRU; least frequently used) stay selectable so that this can be measured again on
- * another model (docs/MOE_STREAMING.md).
+ * Plain LRU fails here when the cache holds fewer experts than a token uses: a token visits the
+ * layers in order, so LRU always evicts the layer needed next, while quotas keep each layer's
+ * recent experts for the next token. Above that size, on synthesized weights, LRU and LFU missed
+ * as few or fewer (docs/MOE_STREAMING.md); both stay selectable so that the default can be
+ * chosen again on real weights.
  *
  * Users of one cache (the MoE blocks of every context on the model and the cache's I/O threads)
  * are serialised by its mutex; slots a user has pinned are never evicted or rewritten.
