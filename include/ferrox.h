@@ -337,6 +337,16 @@ struct fx_model;
  * Returning false cancels the operation (it fails with FX_ERR_CANCELLED). */
 typedef bool (*fx_progress_fn)(float fraction, void *user);
 
+/* The deepest fx_model_params.moe_lookahead. */
+#define FX_MOE_LOOKAHEAD_MAX 4
+
+/* Eviction policies of the expert cache (fx_model_params.moe_evict). */
+enum fx_moe_evict {
+    FX_MOE_EVICT_QUOTA, /* the default: each layer keeps its share of the slots, LRU inside */
+    FX_MOE_EVICT_LRU,   /* the least recently used expert of any layer */
+    FX_MOE_EVICT_LFU,   /* the expert used least often since loading, LRU among equals */
+};
+
 /* Start from fx_model_default_params(). */
 struct fx_model_params {
     /* NULL (the default): the weights are read from the mapped file when first used. Otherwise
@@ -347,11 +357,18 @@ struct fx_model_params {
     void *progress_user;
     /* 0 (the default): every weight is resident. Otherwise, for a mixture-of-experts model, the
      * size in bytes of a cache that holds the experts' matrices: they are read from the file (by
-     * fx_model_load only, which knows its path) when a step needs them, with one layer of
-     * lookahead, and every other weight stays resident. Output is identical either way. The
+     * fx_model_load only, which knows its path) when a step needs them or read-ahead
+     * predicts them, and every other weight stays resident. Output is identical either way. The
      * smallest size holds one expert (its gate, up and down matrices); a smaller one is refused
      * with an error naming that minimum. Ignored for dense models. */
     uint64_t moe_cache_bytes;
+    /* With moe_cache_bytes: how many layers ahead the read-ahead predicts (layer L + N's router
+     * on layer L's input), 0 to FX_MOE_LOOKAHEAD_MAX; 0 reads only on demand. The default, 1,
+     * missed least in docs/MOE_STREAMING.md's measurements. */
+    int32_t moe_lookahead;
+    /* With moe_cache_bytes: which cached expert a full cache gives up (docs/MOE_STREAMING.md
+     * compares them). */
+    enum fx_moe_evict moe_evict;
 };
 
 struct fx_model_params fx_model_default_params(void);

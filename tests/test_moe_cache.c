@@ -23,9 +23,14 @@ enum { N_DECODE = 4, N_THREADS = 3 };
 static const char *const STEMS[] = {"qwen3moe-tiny.F32.P1", "qwen3moe-tiny.Q8_0.P1",
                                     "gptoss-tiny.F32.P1", "gptoss-tiny.MXFP4_MOE.P1"};
 
-static fx_status load(const char *path, uint64_t cache, struct fx_model **m, struct fx_error *err) {
+static struct fx_model_params with_cache(uint64_t cache) {
     struct fx_model_params mp = fx_model_default_params();
     mp.moe_cache_bytes = cache;
+    return mp;
+}
+
+static fx_status load(const char *path, uint64_t cache, struct fx_model **m, struct fx_error *err) {
+    struct fx_model_params mp = with_cache(cache);
     return fx_model_load(path, &mp, m, err);
 }
 
@@ -42,12 +47,13 @@ static uint64_t min_cache(const char *path) {
 
 /* Logits of the golden's prompt as one batch ([n_prompt][n_vocab]), then of N_DECODE tokens one
  * at a time, then of one multi-sequence step of two sequences' prompts over a paged pool, all
- * into out. Returns the model's expert-cache counters. */
-static struct fx_moe_stats run_all(const struct fx_golden *g, uint64_t cache, float *out) {
+ * into out, from the model loaded with mp. Returns the model's expert-cache counters. */
+static struct fx_moe_stats run_all_with(const struct fx_golden *g, const struct fx_model_params *mp,
+                                        float *out) {
     struct fx_model *m;
     struct fx_context *ctx;
     struct fx_error err;
-    if (load(g->model_path, cache, &m, &err) != FX_OK)
+    if (fx_model_load(g->model_path, mp, &m, &err) != FX_OK)
         fail_msg("%s", err.msg);
     struct fx_context_params cp = fx_context_default_params();
     cp.n_ctx = 128;
@@ -89,6 +95,11 @@ static struct fx_moe_stats run_all(const struct fx_golden *g, uint64_t cache, fl
     fx_context_free(ctx);
     fx_model_free(m);
     return st;
+}
+
+static struct fx_moe_stats run_all(const struct fx_golden *g, uint64_t cache, float *out) {
+    struct fx_model_params mp = with_cache(cache);
+    return run_all_with(g, &mp, out);
 }
 
 static size_t n_logits(const struct fx_golden *g) {
@@ -141,6 +152,56 @@ FX_TEST(moe_cache_identical_to_resident) {
                 assert_true(st.misses + st.prefetches <= (uint64_t)(n_layer * n_expert));
             }
         }
+        free(want);
+        free(got);
+        fx_test_golden_free(&g);
+    }
+}
+
+/* The measurement knobs change which experts are read and when, never a result: every lookahead
+ * depth (0, none, to the deepest) and every eviction policy give the resident logits, with a cache
+ * of one expert per layer (evicts at every step) and of half the experts; out-of-range values are
+ * refused. */
+FX_TEST(moe_cache_lookahead_and_eviction_identical_to_resident) {
+    static const char *const stems[] = {"qwen3moe-tiny.Q8_0.P1", "gptoss-tiny.MXFP4_MOE.P1"};
+    for (size_t f = 0; f < sizeof stems / sizeof stems[0]; f++) {
+        struct fx_golden g;
+        fx_test_golden_load(stems[f], &g);
+        float *want = malloc(n_logits(&g) * sizeof(float));
+        float *got = malloc(n_logits(&g) * sizeof(float));
+        assert_non_null(want);
+        assert_non_null(got);
+        run_all(&g, 0, want);
+        struct fx_model *m;
+        struct fx_error err;
+        assert_int_equal(load(g.model_path, 0, &m, &err), FX_OK);
+        int n_layer = fx_model_n_layer(m);
+        fx_model_free(m);
+        uint64_t one = min_cache(g.model_path);
+        uint64_t sizes[] = {one * (uint64_t)n_layer, one * (uint64_t)(n_layer * 2)};
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (int evict = FX_MOE_EVICT_QUOTA; evict <= FX_MOE_EVICT_LFU; evict++)
+                for (int32_t depth = 0; depth <= FX_MOE_LOOKAHEAD_MAX; depth++) {
+                    struct fx_model_params mp = with_cache(sizes[i]);
+                    mp.moe_evict = (enum fx_moe_evict)evict;
+                    mp.moe_lookahead = depth;
+                    memset(got, 0xff, n_logits(&g) * sizeof(float));
+                    struct fx_moe_stats st = run_all_with(&g, &mp, got);
+                    assert_memory_equal(got, want, n_logits(&g) * sizeof(float));
+                    assert_true(st.misses > 0);
+                    /* A prediction exists for a layer only when depth layers precede it. */
+                    if (depth == 0 || depth >= n_layer)
+                        assert_true(st.lookahead_checked == 0 && st.prefetches == 0);
+                    else
+                        assert_true(st.lookahead_checked > 0);
+                }
+        struct fx_model_params bad = with_cache(one);
+        bad.moe_lookahead = FX_MOE_LOOKAHEAD_MAX + 1;
+        assert_int_equal(fx_model_load(g.model_path, &bad, &m, &err), FX_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "moe_lookahead"));
+        bad = with_cache(one);
+        bad.moe_evict = (enum fx_moe_evict)(FX_MOE_EVICT_LFU + 1);
+        assert_int_equal(fx_model_load(g.model_path, &bad, &m, &err), FX_ERR_INVALID_ARG);
         free(want);
         free(got);
         fx_test_golden_free(&g);

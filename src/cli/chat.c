@@ -437,7 +437,7 @@ int fx_cli_chat(int argc, char **argv) {
     fx_cli_gen_opts_finish(&o);
     rc = 1;
     struct fx_error err;
-    if (!fx_cli_model_load("chat", o.model_path, o.moe_cache, &c.m) ||
+    if (!fx_cli_model_load("chat", o.model_path, &o, &c.m) ||
         !load_template(&c, tmpl_name, tmpl_file))
         goto done;
     if (!(c.ctx = fx_cli_context_create("chat", &c.m, &o)))

@@ -18,13 +18,16 @@
 void fx_cli_gen_opts_init(struct fx_cli_gen_opts *o) {
     struct fx_context_params cp = fx_context_default_params();
     struct fx_spec_params sp = fx_spec_default_params();
+    struct fx_model_params mp = fx_model_default_params();
     *o = (struct fx_cli_gen_opts){.n_predict = -1,
                                   .type_k = cp.type_k,
                                   .type_v = cp.type_v,
                                   .sampler = fx_sampler_default_params(),
                                   .spec = FX_CLI_SPEC_DEFAULT,
                                   .draft_max = sp.draft_max,
-                                  .draft_min = sp.draft_min};
+                                  .draft_min = sp.draft_min,
+                                  .moe_lookahead = mp.moe_lookahead,
+                                  .moe_evict = mp.moe_evict};
 }
 
 void fx_cli_gen_opts_free(struct fx_cli_gen_opts *o) {
@@ -81,6 +84,17 @@ void fx_cli_gen_expand_aliases(int argc, char **argv) {
             argv[i] = (char *)"--model-draft";
 }
 
+static bool parse_evict(const char *s, enum fx_moe_evict *out) {
+    static const char *const names[] = {
+        [FX_MOE_EVICT_QUOTA] = "quota", [FX_MOE_EVICT_LRU] = "lru", [FX_MOE_EVICT_LFU] = "lfu"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum fx_moe_evict)i;
+            return true;
+        }
+    return false;
+}
+
 static bool parse_spec(const char *s, enum fx_cli_spec *out) {
     static const char *const names[] = {[FX_CLI_SPEC_NONE] = "none",
                                         [FX_CLI_SPEC_NGRAM] = "ngram",
@@ -120,6 +134,13 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
     case FX_CLI_OPT_MOE_CACHE:
         ok = fx_cli_parse_size(arg, &o->moe_cache) && o->moe_cache > 0,
         what = "--moe-cache (a size such as 4G, 512M or 256K)";
+        break;
+    case FX_CLI_OPT_MOE_LOOKAHEAD:
+        ok = fx_cli_parse_int(arg, 0, FX_MOE_LOOKAHEAD_MAX, &o->moe_lookahead),
+        what = "--moe-lookahead (layers, 0 to 4)";
+        break;
+    case FX_CLI_OPT_MOE_EVICT:
+        ok = parse_evict(arg, &o->moe_evict), what = "--moe-evict (quota, lru or lfu)";
         break;
     case 'n':
         ok = fx_cli_parse_int(arg, INT32_MIN, INT32_MAX, &o->n_predict), what = "-n (tokens)";
@@ -245,7 +266,12 @@ void fx_cli_gen_usage(FILE *out) {
             "  --spec-fixed              always draft --draft-max tokens (no adaptive k, no\n"
             "                            switching off when speculation does not pay)\n",
             fx_cli_kv_type_name(fx_context_default_params().type_k),
-            fx_cli_kv_type_name(fx_context_default_params().type_v), FX_CLI_MOE_CACHE_USAGE,
+            fx_cli_kv_type_name(fx_context_default_params().type_v),
+            FX_CLI_MOE_CACHE_USAGE
+            "  --moe-lookahead N         with --moe-cache: layers the read-ahead looks ahead\n"
+            "                            (0 to 4; 0: none; default 1, which missed least)\n"
+            "  --moe-evict POLICY        with --moe-cache: quota (per-layer shares, LRU inside;\n"
+            "                            the default), lru or lfu\n",
             FX_CLI_SPEC_DEFAULT == FX_CLI_SPEC_NGRAM ? "ngram" : "none",
             fx_spec_default_params().draft_max, fx_spec_default_params().draft_min);
 }
@@ -278,11 +304,15 @@ static bool draw_progress(float fraction, void *user) {
     return true;
 }
 
-bool fx_cli_model_load(const char *cmd, const char *path, uint64_t moe_cache,
+bool fx_cli_model_load(const char *cmd, const char *path, const struct fx_cli_gen_opts *o,
                        struct fx_cli_model *out) {
     *out = (struct fx_cli_model){0};
     struct fx_model_params mp = fx_model_default_params();
-    mp.moe_cache_bytes = moe_cache;
+    if (o) {
+        mp.moe_cache_bytes = o->moe_cache;
+        mp.moe_lookahead = o->moe_lookahead;
+        mp.moe_evict = o->moe_evict;
+    }
     const char *slash = strrchr(path, '/');
     struct progress prog = {.name = slash ? slash + 1 : path, .shown = -1};
     struct stat st;

@@ -31,6 +31,8 @@ enum {
     FX_CLI_OPT_MODEL_DRAFT,
     FX_CLI_OPT_SPEC_FIXED,
     FX_CLI_OPT_MOE_CACHE,
+    FX_CLI_OPT_MOE_LOOKAHEAD,
+    FX_CLI_OPT_MOE_EVICT,
     FX_CLI_OPT_OWN = 0x200,
 };
 
@@ -60,8 +62,10 @@ enum {
         {"draft-min", required_argument, NULL, FX_CLI_OPT_DRAFT_MIN},                              \
         {"draft-n-min", required_argument, NULL, FX_CLI_OPT_DRAFT_MIN},                            \
         {"model-draft", required_argument, NULL, FX_CLI_OPT_MODEL_DRAFT},                          \
-        {"spec-fixed", no_argument, NULL, FX_CLI_OPT_SPEC_FIXED}, {                                \
-        "moe-cache", required_argument, NULL, FX_CLI_OPT_MOE_CACHE                                 \
+        {"spec-fixed", no_argument, NULL, FX_CLI_OPT_SPEC_FIXED},                                  \
+        {"moe-cache", required_argument, NULL, FX_CLI_OPT_MOE_CACHE},                              \
+        {"moe-lookahead", required_argument, NULL, FX_CLI_OPT_MOE_LOOKAHEAD}, {                    \
+        "moe-evict", required_argument, NULL, FX_CLI_OPT_MOE_EVICT                                 \
     }
 
 /* --spec: what drafts tokens for speculative decoding. */
@@ -90,6 +94,8 @@ struct fx_cli_gen_opts {
     bool spec_fixed;        /* --spec-fixed: always draft_max, never switched off */
     const char *draft_path; /* -md / --model-draft; NULL when not given */
     uint64_t moe_cache;     /* --moe-cache bytes (fx_model_params.moe_cache_bytes); 0: resident */
+    int32_t moe_lookahead;  /* --moe-lookahead (fx_model_params.moe_lookahead) */
+    enum fx_moe_evict moe_evict; /* --moe-evict (fx_model_params.moe_evict) */
 };
 
 /* llama.cpp's single-dash spelling -md rewritten in argv as --model-draft (call before
@@ -115,8 +121,9 @@ struct fx_cli_model {
 };
 
 /* Loads path (with a progress bar on stderr when it is a terminal and the file is large) and its
- * vocabulary; on failure prints "ferrox CMD: ..." and returns false. */
-bool fx_cli_model_load(const char *cmd, const char *path, uint64_t moe_cache,
+ * vocabulary, with the expert cache o asks for (NULL: resident); on failure prints
+ * "ferrox CMD: ..." and returns false. */
+bool fx_cli_model_load(const char *cmd, const char *path, const struct fx_cli_gen_opts *o,
                        struct fx_cli_model *out);
 void fx_cli_model_free(struct fx_cli_model *m);
 /* Creates the context the options ask for; on failure prints the error and returns NULL. */

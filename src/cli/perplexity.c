@@ -191,7 +191,7 @@ int fx_cli_perplexity(int argc, char **argv) {
     }
     if (len > 0 && text[len - 1] == '\n') /* llama.cpp's -f drops one final newline */
         text[--len] = '\0';
-    if (!fx_cli_model_load("perplexity", o.model, 0, &cm))
+    if (!fx_cli_model_load("perplexity", o.model, NULL, &cm))
         goto done;
     const struct fx_model *m = cm.model;
     const struct fx_vocab *v = cm.vocab;

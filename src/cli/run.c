@@ -127,11 +127,11 @@ static bool load_default_model(struct fx_cli_model *m, char *path, size_t cap) {
         struct fx_model *probe;
         if (fx_model_load(path, NULL, &probe, &err) == FX_OK) {
             fx_model_free(probe);
-            return fx_cli_model_load("run", path, 0, m);
+            return fx_cli_model_load("run", path, NULL, m);
         }
         fprintf(stderr, "ferrox run: rebuilding the cached model: %s\n", err.msg);
     }
-    return build_default_model(path) && fx_cli_model_load("run", path, 0, m);
+    return build_default_model(path) && fx_cli_model_load("run", path, NULL, m);
 }
 
 /* ---- the command ---------------------------------------------------------------------------- */
@@ -290,7 +290,7 @@ int fx_cli_run(int argc, char **argv) {
         text[--text_len] = '\0';
     char default_path[PATH_MAX];
     const char *path = o.model_path;
-    if (path ? !fx_cli_model_load("run", path, o.moe_cache, &m)
+    if (path ? !fx_cli_model_load("run", path, &o, &m)
              : !load_default_model(&m, default_path, sizeof default_path))
         goto done;
     if (!path)

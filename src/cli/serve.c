@@ -263,7 +263,7 @@ int fx_cli_serve(int argc, char **argv) {
     struct fx_engine *engine = NULL;
     struct fx_server *server = NULL;
     struct fx_error err;
-    if (!fx_cli_model_load("serve", o.gen.model_path, o.gen.moe_cache, &m) ||
+    if (!fx_cli_model_load("serve", o.gen.model_path, &o.gen, &m) ||
         !load_template(&m, o.template_name, o.template_file, &tmpl))
         goto done;
 

@@ -231,12 +231,13 @@ void fx_cli_moe_report(const struct fx_model *m, const char *what, struct fx_moe
     uint64_t hits = now.lookahead_hits - last->lookahead_hits;
     fprintf(stderr,
             "moe %s: %llu of %llu experts missed, %.1f MiB read (%llu ahead), lookahead %.0f%% "
-            "right, I/O %.2f ms, compute waited %.2f ms\n",
+            "right (%llu of %llu), I/O %.2f ms, compute waited %.2f ms\n",
             what, (unsigned long long)(now.misses - last->misses),
             (unsigned long long)(now.experts_used - last->experts_used),
             (double)(now.bytes_read - last->bytes_read) / (1024.0 * 1024.0),
             (unsigned long long)(now.prefetches - last->prefetches),
-            checked ? 100.0 * (double)hits / (double)checked : 0.0,
-            (double)(now.io_ns - last->io_ns) / 1e6, (double)(now.wait_ns - last->wait_ns) / 1e6);
+            checked ? 100.0 * (double)hits / (double)checked : 0.0, (unsigned long long)hits,
+            (unsigned long long)checked, (double)(now.io_ns - last->io_ns) / 1e6,
+            (double)(now.wait_ns - last->wait_ns) / 1e6);
     *last = now;
 }

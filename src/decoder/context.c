@@ -176,7 +176,7 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->xused = reserve(p, n_exp, sizeof(int32_t));
     o->xslots = reserve(p, n_exp, sizeof(int32_t));
     o->xreads = reserve(p, n_exp, sizeof(int32_t));
-    o->xpred = reserve(p, n_exp, 1);
+    o->xpred = reserve(p, FX_MOE_LOOKAHEAD_MAX * n_exp, 1);
     o->xstep = reserve(p, 1, sizeof(struct fx_moe_step));
     uint64_t rope_floats = (uint64_t)ctx->n_ctx * (uint64_t)hp->rope.n_rot;
     o->rope[0] = reserve(p, rope_floats, f4);

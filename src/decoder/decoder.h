@@ -31,10 +31,10 @@
 /* Worker 0's bookkeeping of the current MoE layer (moe_block.c), read by every worker after a
  * barrier. */
 struct fx_moe_step {
-    int32_t n_used;        /* experts the rows chose (xused) */
-    int32_t begin, end;    /* the current round: xused[begin..end) */
-    int32_t n_reads;       /* xreads entries of the round */
-    int32_t pred_layer;    /* the layer xpred predicts, or -1 */
+    int32_t n_used;                           /* experts the rows chose (xused) */
+    int32_t begin, end;                       /* the current round: xused[begin..end) */
+    int32_t n_reads;                          /* xreads entries of the round */
+    int32_t pred_layer[FX_MOE_LOOKAHEAD_MAX]; /* the layer each row of xpred predicts, or -1 */
     int32_t checked, hits; /* this layer's experts scored against the prediction, and hits */
     uint64_t wait_ns;      /* this layer's wait for its experts */
     fx_status st;          /* FX_OK, or the call's error (an expert could not be read) */
@@ -92,12 +92,13 @@ struct fx_scratch {
     float *mtp_in; /* [n_batch][2 n_embd] the MTP head's normed [embedding | hidden] rows */
     /* Experts read through the model's expert cache (model/expert_cache.h); router_next is
      * empty without one. */
-    float *router_next;        /* [n_batch][n_expert] the next layer's router on this layer's
-                                * input (lookahead) */
-    int32_t *xused;            /* [n_expert] the experts the step's rows chose, increasing */
-    int32_t *xslots;           /* [n_expert] the cache slot of each used expert (xused order) */
-    int32_t *xreads;           /* [n_expert] indices into xused of the slots this call fills */
-    uint8_t *xpred;            /* [n_expert] nonzero: predicted for layer xstep->pred_layer */
+    float *router_next; /* [n_batch][n_expert] the router of the layer moe_lookahead
+                         * ahead on this layer's input */
+    int32_t *xused;     /* [n_expert] the experts the step's rows chose, increasing */
+    int32_t *xslots;    /* [n_expert] the cache slot of each used expert (xused order) */
+    int32_t *xreads;    /* [n_expert] indices into xused of the slots this call fills */
+    uint8_t *xpred; /* [FX_MOE_LOOKAHEAD_MAX][n_expert] row il % moe_lookahead, nonzero: predicted
+                     * for layer xstep->pred_layer[that row] (the predictions in flight) */
     struct fx_moe_step *xstep; /* [1] */
     /* Rope (cos, sin) per position: [n_ctx][n_rot / 2][2] for global layers ([0]) and
      * sliding-window layers ([1], the same table when their rope does not differ). */

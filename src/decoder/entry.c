@@ -15,7 +15,8 @@ static fx_status run(fx_status st, struct fx_fwd *f, struct fx_error *err) {
         return st;
     struct fx_moe_step *moe = f->ctx->s.xstep;
     moe->st = FX_OK;
-    moe->pred_layer = -1;
+    for (int i = 0; i < FX_MOE_LOOKAHEAD_MAX; i++)
+        moe->pred_layer[i] = -1;
     struct fx_cuda_decoder *dev = f->kv.kind == FX_KV_CONTIG ? f->ctx->dev : NULL;
     if (dev && fx_cuda_decoder_takes(f)) {
         /* The CPU's layers first (the pool entered once), then the device's. */

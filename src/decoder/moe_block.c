@@ -159,9 +159,9 @@ static void shared_expert_on_worker(const struct fx_worker *w, const struct fx_c
     }
 }
 
-/* Lookahead: the router of layer il + 1 on this layer's input rows (normed with that layer's
- * norm) into router_next. h is free during an MoE block; the activation rows it quantizes are
- * rewritten before anything else reads them. Ends with a barrier. */
+/* Lookahead: the router of layer il_next (moe_lookahead layers on) on this layer's input rows
+ * (normed with that layer's norm) into router_next. h is free during an MoE block; the activation
+ * rows it quantizes are rewritten before anything else reads them. Ends with a barrier. */
 static void lookahead_router_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
                                        int il_next) {
     const struct fx_context *ctx = c->f->ctx;
@@ -173,16 +173,19 @@ static void lookahead_router_on_worker(const struct fx_worker *w, const struct f
     fx_dec_matmuls_on_worker(w, ctx, ctx->s.h, c->n, dim, 1, router, out);
 }
 
-/* Worker 0, once the rows are grouped: lists the used experts, scores the previous layer's
- * prediction for them, and pins the first round. */
+/* Worker 0, once the rows are grouped: lists the used experts, scores the prediction made for
+ * this layer moe_lookahead layers before, and pins the first round. */
 static void start_layer(const struct fx_context *ctx, int il) {
     const struct fx_scratch *s = &ctx->s;
     struct fx_moe_step *st = s->xstep;
     struct fx_xcache *xc = ctx->model->xcache;
+    int32_t depth = ctx->model->moe_lookahead, row = depth > 0 ? il % depth : 0;
+    const uint8_t *pred = s->xpred + (int64_t)row * ctx->model->hp.n_expert;
+    bool predicted = depth > 0 && st->pred_layer[row] == il;
     int32_t n_used = 0, n_pred = 0;
     for (int32_t e = 0; e < ctx->model->hp.n_expert; e++)
         if (s->expert_off[e + 1] > s->expert_off[e]) {
-            n_pred += s->xpred[e] != 0;
+            n_pred += pred[e] != 0;
             s->xused[n_used++] = e;
         }
     st->n_used = n_used;
@@ -190,21 +193,23 @@ static void start_layer(const struct fx_context *ctx, int il) {
     st->end = n_used;
     st->n_reads = 0;
     st->wait_ns = 0;
-    st->checked = st->pred_layer == il ? n_used : 0;
-    st->hits = st->pred_layer == il ? n_pred : 0;
+    st->checked = predicted ? n_used : 0;
+    st->hits = predicted ? n_pred : 0;
     if (xc)
         st->end =
             fx_xcache_acquire(xc, il, s->xused, n_used, 0, s->xslots, s->xreads, &st->n_reads);
 }
 
 /* Worker 0, after the first round is pinned (demand reads go first): the experts each row would
- * choose at layer il_next from router_next, whose union the I/O threads read ahead. */
+ * choose at layer il_next from router_next, whose union the I/O threads read ahead. Its row of
+ * xpred held the prediction for this layer, already scored. */
 static void predict_next(const struct fx_context *ctx, int il_next, int64_t n) {
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_scratch *s = &ctx->s;
     const float *bias = ctx->model->layers[il_next].router_b;
-    int32_t n_exp = hp->n_expert;
-    memset(s->xpred, 0, (size_t)n_exp);
+    int32_t n_exp = hp->n_expert, row = il_next % ctx->model->moe_lookahead;
+    uint8_t *pred = s->xpred + (int64_t)row * n_exp;
+    memset(pred, 0, (size_t)n_exp);
     for (int64_t i = 0; i < n; i++) {
         float *logits = s->router_next + i * n_exp;
         uint8_t taken[FX_MAX_EXPERTS];
@@ -213,10 +218,10 @@ static void predict_next(const struct fx_context *ctx, int il_next, int64_t n) {
             ctx->k->add(logits, logits, bias, n_exp);
         /* Softmax keeps the order of the logits, so the top k of either router kind are these. */
         for (int32_t k = 0; k < hp->n_expert_used; k++)
-            s->xpred[take_best(logits, n_exp, taken)] = 1;
+            pred[take_best(logits, n_exp, taken)] = 1;
     }
-    s->xstep->pred_layer = il_next;
-    fx_xcache_prefetch(ctx->model->xcache, il_next, s->xpred);
+    s->xstep->pred_layer[row] = il_next;
+    fx_xcache_prefetch(ctx->model->xcache, il_next, pred);
 }
 
 /* Every worker, at the start of a round: fills the slots this step claimed, then worker 0 waits
@@ -291,9 +296,10 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, n_router, router, router_out);
     /* The lookahead uses h as scratch, so it runs before the shared expert writes its output
      * there. */
-    bool ahead = xc && il + 1 < hp->n_layer;
+    int il_next = il + ctx->model->moe_lookahead;
+    bool ahead = xc && il_next > il && il_next < hp->n_layer;
     if (ahead)
-        lookahead_router_on_worker(w, c, il + 1);
+        lookahead_router_on_worker(w, c, il_next);
     if (l->shexp_gate.data)
         shared_expert_on_worker(w, c, l);
 
@@ -305,7 +311,7 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         group_by_expert(ctx, n);
         start_layer(ctx, il);
         if (ahead)
-            predict_next(ctx, il + 1, n);
+            predict_next(ctx, il_next, n);
     }
     fx_par_barrier(w);
 

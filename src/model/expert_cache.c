@@ -50,6 +50,7 @@ struct fx_xcache {
     struct xmat *mats; /* [n_layer][3]: gate, up, down */
     uint64_t slot_bytes, stage_bytes;
     int32_t n_slots, quota;
+    enum fx_moe_evict evict;
     int32_t ahead_max;   /* read-ahead pins at most this many slots at once */
     int32_t ahead_now;   /* slots read-ahead is filling now */
     uint8_t *mem;        /* [n_slots][slot_bytes] */
@@ -58,8 +59,10 @@ struct fx_xcache {
     int32_t *held;       /* [n_layer] slots holding each layer's experts */
     uint64_t *sum;       /* [n_layer * n_expert] checksum of each expert's first read */
     uint8_t *summed;     /* [n_layer * n_expert] nonzero once sum is recorded */
+    uint32_t *uses;      /* [n_layer * n_expert] layer steps that used each expert (LFU) */
     uint64_t tick;       /* grows with every pin */
     uint64_t layer_tick; /* tick when the current layer began: read-ahead never evicts newer */
+    int32_t layer_now;   /* the layer that began then */
     bool told_streaming;
     char fail_msg[256]; /* why the latest failed slot failed */
 
@@ -220,24 +223,41 @@ static void drop(struct fx_xcache *c, int32_t i) {
     s->state = SLOT_EMPTY;
 }
 
+/* The order in which the policy gives up slot s for an expert of layer il: lower first, ties to
+ * the least recently used. The quota rule of expert_cache.h ranks by class (the layer's own once at
+ * quota, a layer over quota, any); LFU ranks by uses. */
+static uint64_t evict_rank(const struct fx_xcache *c, const struct slot *s, int32_t il) {
+    int32_t layer = s->key / c->n_expert;
+    switch (c->evict) {
+    case FX_MOE_EVICT_LRU:
+        return 0;
+    case FX_MOE_EVICT_LFU:
+        return c->uses[s->key];
+    case FX_MOE_EVICT_QUOTA:
+        break;
+    }
+    return layer == il && c->held[il] >= c->quota ? 0 : c->held[layer] > c->quota ? 1 : 2;
+}
+
 /* The slot an expert of layer il may take, or -1 when every slot is pinned: an empty one, else by
- * the quota rule of expert_cache.h. Read-ahead (ahead) never evicts what the current layer
- * touched. */
+ * the policy. Read-ahead (ahead) never evicts what the current layer touched, nor an expert of a
+ * layer that comes before il (predicted earlier, needed sooner). */
 static int32_t victim(struct fx_xcache *c, int32_t il, bool ahead) {
-    int32_t best = -1, best_class = 3;
+    int32_t best = -1;
+    uint64_t best_rank = UINT64_MAX;
     for (int32_t i = 0; i < c->n_slots; i++) {
         const struct slot *s = &c->slots[i];
         if (s->pins > 0)
             continue;
         if (s->key < 0 || s->state == SLOT_FAILED)
             return i;
-        if (ahead && s->last_use >= c->layer_tick)
-            continue;
         int32_t layer = s->key / c->n_expert;
-        int cls = layer == il && c->held[il] >= c->quota ? 0 : c->held[layer] > c->quota ? 1 : 2;
-        if (cls < best_class || (cls == best_class && s->last_use < c->slots[best].last_use)) {
+        if (ahead && (s->last_use >= c->layer_tick || (layer > c->layer_now && layer < il)))
+            continue;
+        uint64_t rank = evict_rank(c, s, il);
+        if (rank < best_rank || (rank == best_rank && s->last_use < c->slots[best].last_use)) {
             best = i;
-            best_class = cls;
+            best_rank = rank;
         }
     }
     return best;
@@ -261,8 +281,11 @@ int32_t fx_xcache_acquire(struct fx_xcache *c, int32_t il, const int32_t *expert
     pthread_mutex_lock(&c->mu);
     if (begin == 0) {
         c->layer_tick = c->tick + 1;
+        c->layer_now = il;
         c->stats.layer_steps++;
         c->stats.experts_used += (uint64_t)n;
+        for (int32_t i = 0; i < n; i++)
+            c->uses[il * c->n_expert + experts[i]]++;
     }
     *n_reads = 0;
     int32_t i = begin;
@@ -440,7 +463,7 @@ static uint64_t plan_layer(struct fx_xcache *c, const struct fx_model *m, int32_
 }
 
 fx_status fx_xcache_create(const struct fx_model *m, const char *path, uint64_t bytes,
-                           struct fx_xcache **out, struct fx_error *err) {
+                           enum fx_moe_evict evict, struct fx_xcache **out, struct fx_error *err) {
     *out = NULL;
     struct fx_xcache *c = calloc(1, sizeof *c);
     if (!c)
@@ -449,6 +472,7 @@ fx_status fx_xcache_create(const struct fx_model *m, const char *path, uint64_t 
     c->k = fx_kernels();
     c->n_layer = m->hp.n_layer + m->hp.n_nextn; /* the MTP blocks' experts too */
     c->n_expert = m->hp.n_expert;
+    c->evict = evict;
     fx_status st = FX_OK;
     uint64_t n_keys = (uint64_t)c->n_layer * (uint64_t)c->n_expert;
     c->path = strdup(path);
@@ -457,8 +481,10 @@ fx_status fx_xcache_create(const struct fx_model *m, const char *path, uint64_t 
     c->held = calloc((size_t)c->n_layer, sizeof *c->held);
     c->sum = calloc((size_t)n_keys, sizeof *c->sum);
     c->summed = calloc((size_t)n_keys, 1);
+    c->uses = calloc((size_t)n_keys, sizeof *c->uses);
     c->queue = calloc((size_t)c->n_expert, sizeof *c->queue);
-    if (!c->path || !c->mats || !c->where || !c->held || !c->sum || !c->summed || !c->queue) {
+    if (!c->path || !c->mats || !c->where || !c->held || !c->sum || !c->summed || !c->uses ||
+        !c->queue) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
         goto fail;
     }
@@ -559,6 +585,7 @@ void fx_xcache_free(struct fx_xcache *c) {
     free(c->mem);
     free(c->slots);
     free(c->queue);
+    free(c->uses);
     free(c->summed);
     free(c->sum);
     free(c->held);

@@ -9,19 +9,23 @@
  * bytes and every later read must match it; the file's size and modification time are checked
  * before each read. A failure marks the slot failed and is reported to whoever waits for it.
  *
- * Slots go to experts by per-layer quotas with least-recently-used eviction: each layer may keep
- * n_slots / n_layer experts (at least one) and a layer that needs a slot takes its own least
- * recently used expert once it holds its quota, else one from a layer over its quota, else the
- * least recently used of any layer. Plain LRU would be the worst policy here: a token visits the
- * layers in order, so with fewer slots than a token's experts LRU always evicts the layer needed
- * next, while quotas keep each layer's recent experts for the next token, whose routing they
- * often repeat.
+ * Slots go to experts by the policy fx_model_params.moe_evict names. The default, per-layer
+ * quotas with least-recently-used eviction: each layer may keep n_slots / n_layer experts (at
+ * least one) and a layer that needs a slot takes its own least recently used expert once it holds
+ * its quota, else one from a layer over its quota, else the least recently used of any layer.
+ * Plain LRU fails here when the cache holds fewer experts than a token uses: a token visits the
+ * layers in order, so LRU always evicts the layer needed next, while quotas keep each layer's
+ * recent experts for the next token. Above that size, on synthesized weights, LRU and LFU missed
+ * as few or fewer (docs/MOE_STREAMING.md); both stay selectable so that the default can be
+ * chosen again on real weights.
  *
  * Users of one cache (the MoE blocks of every context on the model and the cache's I/O threads)
  * are serialised by its mutex; slots a user has pinned are never evicted or rewritten.
  *
  * Lookahead: fx_xcache_prefetch replaces the queue of experts the I/O threads read ahead
- * (the decoder's predictions for the next layer). Demand reads never queue behind it: the
+ * (the decoder's predictions for a later layer). Read-ahead never evicts an expert of a layer
+ * between the current one and the predicted one: those were predicted earlier and are needed
+ * sooner. Demand reads never queue behind it: the
  * context's own workers read what a step needs and is not in the cache, and read-ahead never
  * holds more than n_slots - n_expert_used slots, so a step can always claim slots without
  * waiting for a guess. */
@@ -43,7 +47,7 @@ struct fx_xcache;
 /* Opens `path` (the file m was loaded from) for direct reads and plans slots of `bytes` in all.
  * Fails with FX_ERR_INVALID_ARG naming the minimum when bytes cannot hold one expert. */
 fx_status fx_xcache_create(const struct fx_model *m, const char *path, uint64_t bytes,
-                           struct fx_xcache **out, struct fx_error *err);
+                           enum fx_moe_evict evict, struct fx_xcache **out, struct fx_error *err);
 /* Stops the I/O threads and frees everything. NULL is a no-op. */
 void fx_xcache_free(struct fx_xcache *c);
 

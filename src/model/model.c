@@ -34,7 +34,7 @@ static const struct arch_entry archs[] = {
 #define N_ARCHS (sizeof archs / sizeof archs[0])
 
 struct fx_model_params fx_model_default_params(void) {
-    return (struct fx_model_params){0};
+    return (struct fx_model_params){.moe_lookahead = 1};
 }
 
 static fx_status find_arch(const struct fx_gguf *g, const struct arch_entry **out,
@@ -158,10 +158,21 @@ static fx_status load(struct fx_gguf *g, const char *path, const struct fx_model
                           "an expert cache reads the model's file: load it with fx_model_load");
         goto fail;
     }
+    if (stream &&
+        (params->moe_lookahead < 0 || params->moe_lookahead > FX_MOE_LOOKAHEAD_MAX ||
+         params->moe_evict < FX_MOE_EVICT_QUOTA || params->moe_evict > FX_MOE_EVICT_LFU)) {
+        st = fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
+                          "moe_lookahead %d (0 to %d) or moe_evict %d (0 to %d) out of range",
+                          (int)params->moe_lookahead, FX_MOE_LOOKAHEAD_MAX, (int)params->moe_evict,
+                          (int)FX_MOE_EVICT_LFU);
+        goto fail;
+    }
     if ((params && params->progress && (st = prefault(m, g, stream, params, err))) ||
         (st = fx_model_pack(m, g, !stream, err)) ||
-        (stream && (st = fx_xcache_create(m, path, params->moe_cache_bytes, &m->xcache, err))))
+        (stream && (st = fx_xcache_create(m, path, params->moe_cache_bytes, params->moe_evict,
+                                          &m->xcache, err))))
         goto fail;
+    m->moe_lookahead = stream ? params->moe_lookahead : 0;
     *out = m;
     return FX_OK;
 fail:

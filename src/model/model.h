@@ -166,6 +166,7 @@ struct fx_model {
     /* The cache the experts are read into (model/expert_cache.h), or NULL when they are
      * resident. The one part of a model that changes after loading; it has its own lock. */
     struct fx_xcache *xcache;
+    int32_t moe_lookahead; /* fx_model_params.moe_lookahead with xcache, else 0 */
 };
 
 /* Packs every weight matrix into the layout the kernel table's matmul prefers (once, at load,
