@@ -342,9 +342,10 @@ typedef bool (*fx_progress_fn)(float fraction, void *user);
 
 /* Eviction policies of the expert cache (fx_model_params.moe_evict). */
 enum fx_moe_evict {
-    FX_MOE_EVICT_QUOTA, /* the default: each layer keeps its share of the slots, LRU inside */
+    FX_MOE_EVICT_QUOTA, /* each layer keeps its share of the slots, LRU inside */
     FX_MOE_EVICT_LRU,   /* the least recently used expert of any layer */
-    FX_MOE_EVICT_LFU,   /* the expert used least often since loading, LRU among equals */
+    FX_MOE_EVICT_LFU,   /* the default: the expert used least often, its count of uses halved
+                         * every 32 steps (recent use weighs more), LRU among equals */
 };
 
 /* Start from fx_model_default_params(). */

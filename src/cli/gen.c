@@ -270,8 +270,9 @@ void fx_cli_gen_usage(FILE *out) {
             FX_CLI_MOE_CACHE_USAGE
             "  --moe-lookahead N         with --moe-cache: layers the read-ahead looks ahead\n"
             "                            (0 to 4; 0: none; default 1, which missed least)\n"
-            "  --moe-evict POLICY        with --moe-cache: quota (per-layer shares, LRU inside;\n"
-            "                            the default), lru or lfu\n",
+            "  --moe-evict POLICY        with --moe-cache: lfu (the default: least used, the\n"
+            "                            counts halved every 32 steps), lru, or quota (per-layer\n"
+            "                            shares, LRU inside)\n",
             FX_CLI_SPEC_DEFAULT == FX_CLI_SPEC_NGRAM ? "ngram" : "none",
             fx_spec_default_params().draft_max, fx_spec_default_params().draft_min);
 }

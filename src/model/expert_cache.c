@@ -40,6 +40,12 @@ struct xmat {
     bool packed;        /* the slot holds the table's packed layout, else the file's bytes */
 };
 
+/* LFU counts are halved every this many steps (tokens of a decode, or batches) of the model, so
+ * that what a stretch of text uses outranks what an earlier one used: without the decay, experts
+ * that a long-running server's earlier requests used often would stay cached while the current
+ * requests' experts were evicted and read again at every use. */
+#define LFU_HALF_LIFE 32
+
 struct fx_xcache {
     const struct fx_kernels *k;
     char *path;
@@ -59,7 +65,8 @@ struct fx_xcache {
     int32_t *held;       /* [n_layer] slots holding each layer's experts */
     uint64_t *sum;       /* [n_layer * n_expert] checksum of each expert's first read */
     uint8_t *summed;     /* [n_layer * n_expert] nonzero once sum is recorded */
-    uint32_t *uses;      /* [n_layer * n_expert] layer steps that used each expert (LFU) */
+    uint32_t *uses;      /* [n_layer * n_expert] layer steps that used each expert (LFU),
+                          * halved every LFU_HALF_LIFE steps of the model */
     uint64_t tick;       /* grows with every pin */
     uint64_t layer_tick; /* tick when the current layer began: read-ahead never evicts newer */
     int32_t layer_now;   /* the layer that began then */
@@ -286,6 +293,9 @@ int32_t fx_xcache_acquire(struct fx_xcache *c, int32_t il, const int32_t *expert
         c->stats.experts_used += (uint64_t)n;
         for (int32_t i = 0; i < n; i++)
             c->uses[il * c->n_expert + experts[i]]++;
+        if (c->stats.layer_steps % ((uint64_t)LFU_HALF_LIFE * (uint64_t)c->n_layer) == 0)
+            for (int64_t key = 0; key < (int64_t)c->n_layer * c->n_expert; key++)
+                c->uses[key] /= 2;
     }
     *n_reads = 0;
     int32_t i = begin;

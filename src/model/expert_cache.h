@@ -9,15 +9,13 @@
  * bytes and every later read must match it; the file's size and modification time are checked
  * before each read. A failure marks the slot failed and is reported to whoever waits for it.
  *
- * Slots go to experts by the policy fx_model_params.moe_evict names. The default, per-layer
- * quotas with least-recently-used eviction: each layer may keep n_slots / n_layer experts (at
- * least one) and a layer that needs a slot takes its own least recently used expert once it holds
- * its quota, else one from a layer over its quota, else the least recently used of any layer.
- * Plain LRU fails here when the cache holds fewer experts than a token uses: a token visits the
- * layers in order, so LRU always evicts the layer needed next, while quotas keep each layer's
- * recent experts for the next token. Above that size, on synthesized weights, LRU and LFU missed
- * as few or fewer (docs/MOE_STREAMING.md); both stay selectable so that the default can be
- * chosen again on real weights.
+ * Slots go to experts by the policy fx_model_params.moe_evict names. The default, least frequently
+ * used with the counts halved every LFU_HALF_LIFE steps, missed least on the synthesized model
+ * at every cache size (docs/MOE_STREAMING.md); the halving keeps the counts recent, so experts a
+ * shift of topic makes hot are not evicted first for long. Plain LRU fails when the cache holds
+ * fewer experts than a token uses: a token visits the layers in order, so LRU always evicts the
+ * layer needed next. Per-layer quotas (each layer keeps n_slots / n_layer experts, LRU inside)
+ * avoid that but cannot lend a layer's share. Both stay selectable for measuring on other models.
  *
  * Users of one cache (the MoE blocks of every context on the model and the cache's I/O threads)
  * are serialised by its mutex; slots a user has pinned are never evicted or rewritten.

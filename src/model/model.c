@@ -34,7 +34,7 @@ static const struct arch_entry archs[] = {
 #define N_ARCHS (sizeof archs / sizeof archs[0])
 
 struct fx_model_params fx_model_default_params(void) {
-    return (struct fx_model_params){.moe_lookahead = 1};
+    return (struct fx_model_params){.moe_lookahead = 1, .moe_evict = FX_MOE_EVICT_LFU};
 }
 
 static fx_status find_arch(const struct fx_gguf *g, const struct arch_entry **out,
