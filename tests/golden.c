@@ -119,3 +119,15 @@ double fx_test_max_diff(const float *a, const float *b, size_t n) {
     }
     return worst;
 }
+
+struct fx_context *fx_test_f32_context(const struct fx_model *m, int32_t n_ctx, int32_t n_batch) {
+    struct fx_context_params cp = fx_context_default_params();
+    cp.n_ctx = n_ctx;
+    cp.n_batch = n_batch;
+    cp.type_k = cp.type_v = FX_TYPE_F32;
+    struct fx_context *ctx;
+    struct fx_error err;
+    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
+        fail_msg("context: %s", err.msg);
+    return ctx;
+}

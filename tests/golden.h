@@ -45,5 +45,8 @@ void fx_test_mtp_golden_free(struct fx_mtp_golden *g);
 int fx_test_argmax(const float *x, int n);
 /* The largest |a[i] - b[i]| over n values; infinity when either holds a NaN. */
 double fx_test_max_diff(const float *a, const float *b, size_t n);
+/* A context on m with an f32 cache (the goldens' setting), n_ctx positions and n_batch rows per
+ * pass (0: the default); the test fails when it cannot be made. */
+struct fx_context *fx_test_f32_context(const struct fx_model *m, int32_t n_ctx, int32_t n_batch);
 
 #endif

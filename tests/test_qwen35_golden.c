@@ -78,18 +78,6 @@ static void load_golden(const char *stem, struct q35_golden *g) {
     json_decref(root);
 }
 
-static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
-    struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch = n_batch;
-    cp.type_k = cp.type_v = FX_TYPE_F32;
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
-}
-
 static void check_golden(const char *stem, float tol) {
     struct q35_golden g;
     load_golden(stem, &g);
@@ -105,7 +93,7 @@ static void check_golden(const char *stem, float tol) {
     assert_non_null(batch);
     assert_non_null(other);
     assert_non_null(row);
-    struct fx_context *ctx = make_ctx(m, 512);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 512);
 
     /* The prompt as one batch, every position against the golden. */
     assert_int_equal(fx_forward_batch(ctx, g.prompt, np, 0, batch, &err), FX_OK);
@@ -128,7 +116,7 @@ static void check_golden(const char *stem, float tol) {
     /* Chunked inside one call (n_batch 3 and 4), and split across calls (4 + 6, 1 + 9): the same
      * bits; the first without truncating, since a call at 0 restarts the sequence. */
     for (int nb = 3; nb <= 4; nb++) {
-        struct fx_context *cctx = make_ctx(m, nb);
+        struct fx_context *cctx = fx_test_f32_context(m, 256, nb);
         memset(other, 0, sizeof(float) * all);
         assert_int_equal(fx_forward_batch(cctx, g.prompt, np, 0, other, &err), FX_OK);
         assert_memory_equal(other, batch, sizeof(float) * all);
@@ -194,7 +182,8 @@ FX_TEST(qwen35_sequence_rules) {
     const char *path = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
     if (fx_model_load(path, NULL, &m, &err) != FX_OK)
         fail_msg("%s: %s", path, err.msg);
-    struct fx_context *ctx = make_ctx(m, 512), *ref = make_ctx(m, 512);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 512),
+                      *ref = fx_test_f32_context(m, 256, 512);
     fx_token toks[6] = {1, 403, 407, 261, 378, 432};
     float a[512], b[512];
     assert_int_equal(fx_forward_batch_last(ctx, toks, 4, 0, a, &err), FX_OK);
@@ -236,7 +225,8 @@ FX_TEST(qwen35_long_sequence_paths_agree) {
     float *batch = malloc(bytes), *other = malloc(bytes);
     assert_non_null(batch);
     assert_non_null(other);
-    struct fx_context *ctx = make_ctx(m, 512), *small = make_ctx(m, 7);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 512),
+                      *small = fx_test_f32_context(m, 256, 7);
     assert_int_equal(fx_forward_batch(ctx, toks, N, 0, batch, &err), FX_OK);
     assert_int_equal(fx_forward_batch(small, toks, N, 0, other, &err), FX_OK);
     assert_memory_equal(other, batch, bytes);

@@ -16,19 +16,6 @@
 
 #define TOL 1e-4 /* as test_qwen35_mtp.c: the measured noise of llama.cpp's MTP goldens */
 
-/* n_batch 0: the default. */
-static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
-    struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch = n_batch;
-    cp.type_k = cp.type_v = FX_TYPE_F32;
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
-}
-
 /* The prompt but its last token through the trunk, keeping the hidden rows, and the head caught
  * up over the prompt (MTP position q reads the token at q and the trunk's hidden row q - 1, zeros
  * at 0). fused: fx_forward_prefill_mtp, one pool entry; else fx_forward_batch_with_hidden, then
@@ -70,7 +57,7 @@ static void check_folded(const char *stem) {
     struct fx_error err;
     if (fx_model_load(g.model_path, NULL, &m, &err) != FX_OK)
         fail_msg("%s: %s", g.model_path, err.msg);
-    struct fx_context *a = make_ctx(m, 4), *b = make_ctx(m, 0);
+    struct fx_context *a = fx_test_f32_context(m, 256, 4), *b = fx_test_f32_context(m, 256, 0);
     int nv = g.n_vocab, ne = g.n_embd, pos = g.n - 1;
     enum { N = 3 };
     fx_token rows[N] = {g.prompt[pos], g.next, g.chain[0]}, am[N], bm[N];
@@ -163,7 +150,7 @@ FX_TEST(qwen35_mtp_folded_refusals) {
     const char *path = fx_test_fixture("models/qwen3-tiny.F32.gguf");
     if (fx_model_load(path, NULL, &m, &err) != FX_OK)
         fail_msg("%s: %s", path, err.msg);
-    struct fx_context *ctx = make_ctx(m, 0);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 0);
     fx_token t[2] = {1, 403}, am[2];
     static float logits[2 * 1024], hidden[2 * 1024], ml[2 * 1024];
     struct fx_verify_mtp_out out = {logits, hidden, am, ml, NULL};
@@ -177,7 +164,7 @@ FX_TEST(qwen35_mtp_folded_refusals) {
     path = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
     if (fx_model_load(path, NULL, &m, &err) != FX_OK)
         fail_msg("%s: %s", path, err.msg);
-    ctx = make_ctx(m, 0);
+    ctx = fx_test_f32_context(m, 256, 0);
     assert_int_equal(fx_forward_verify_mtp(ctx, t, 2, 0, &out, &err), FX_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "needs the MTP cache to hold position 0"));
     assert_int_equal(fx_context_kv_len(ctx), 0);

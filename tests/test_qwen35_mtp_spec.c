@@ -16,17 +16,6 @@
 #include "ferrox.h"
 #include "spec/drafter.h"
 
-static struct fx_context *make_ctx(const struct fx_model *m) {
-    struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = 512; /* a prompt of MAX_P tokens and the generated ones */
-    cp.type_k = cp.type_v = FX_TYPE_F32;
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
-}
-
 static const char *const MODELS[] = {"qwen35-tiny.F32", "qwen35-tiny.Q8_0", "qwen35moe-tiny.F32"};
 
 static struct fx_model *load_model(const char *name) {
@@ -206,11 +195,11 @@ static void check_library(const char *name, float t, bool long_prompt) {
     struct fx_test_rng rng = {35};
     for (int32_t i = P; i < np; i++)
         text[i] = 3 + (fx_token)(fx_test_rng_u64(&rng) % (uint64_t)(nv - 3));
-    struct fx_context *plain = make_ctx(m);
+    struct fx_context *plain = fx_test_f32_context(m, 512, 0);
     plain_text(plain, text, np, np + G, t);
     fx_token next = plain_head(plain, text, np + G);
 
-    struct fx_context *ctx = make_ctx(m);
+    struct fx_context *ctx = fx_test_f32_context(m, 512, 0);
     struct fx_drafter *d;
     struct fx_spec_stats st;
     assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
@@ -220,7 +209,7 @@ static void check_library(const char *name, float t, bool long_prompt) {
     fx_drafter_free(d);
     fx_context_free(ctx);
 
-    ctx = make_ctx(m);
+    ctx = fx_test_f32_context(m, 512, 0);
     assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
     struct oracle o = {
         .base = {&oracle_ops, ctx}, .mtp = d, .text = text, .n_text = np + G, .n_vocab = nv};
@@ -261,7 +250,7 @@ FX_TEST(qwen35_mtp_spec_library_sampled_equals_plain) {
 FX_TEST(qwen35_mtp_spec_one_pool_entry_per_step) {
     struct fx_model *m = load_model(MODELS[2]);
     int32_t nv = fx_model_n_vocab(m);
-    struct fx_context *ctx = make_ctx(m);
+    struct fx_context *ctx = fx_test_f32_context(m, 512, 0);
     struct fx_drafter *d;
     struct fx_spec *s;
     struct fx_error err;
@@ -310,10 +299,10 @@ FX_TEST(qwen35_mtp_spec_plain_step_skips_head_logits) {
         int32_t nv = fx_model_n_vocab(m);
         struct fx_error err;
         fx_token text[N] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
-        struct fx_context *plain = make_ctx(m);
+        struct fx_context *plain = fx_test_f32_context(m, 512, 0);
         plain_text(plain, text, P, N, 0.0f);
 
-        struct fx_context *ctx = make_ctx(m);
+        struct fx_context *ctx = fx_test_f32_context(m, 512, 0);
         struct fx_drafter *d;
         struct fx_spec *s;
         assert_int_equal(fx_drafter_mtp_create(ctx, &d, &err), FX_OK);
@@ -368,7 +357,7 @@ FX_TEST(qwen35_mtp_spec_plain_step_skips_head_logits) {
 /* A drafter made for one context is refused for another. */
 FX_TEST(qwen35_mtp_spec_refuses_another_context) {
     struct fx_model *m = load_model(MODELS[0]);
-    struct fx_context *a = make_ctx(m), *b = make_ctx(m);
+    struct fx_context *a = fx_test_f32_context(m, 512, 0), *b = fx_test_f32_context(m, 512, 0);
     struct fx_drafter *d;
     struct fx_spec *s;
     struct fx_error err;

@@ -5,6 +5,7 @@
  * The recurrent states themselves are compared too, not only the logits. qwen35moe-tiny F32 with
  * f32 KV rows, as the golden tests run it. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +23,6 @@ static struct fx_model *load(void) {
     if (fx_model_load(path, NULL, &m, &err) != FX_OK)
         fail_msg("%s: %s", path, err.msg);
     return m;
-}
-
-static struct fx_context *make_ctx(const struct fx_model *m, int n_batch) {
-    struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch = n_batch;
-    cp.type_k = cp.type_v = FX_TYPE_F32;
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
 }
 
 static struct fx_kv_pool *make_pool(const struct fx_model *m) {
@@ -67,7 +56,7 @@ static float *alone(const struct fx_model *m, const fx_token *toks, int n,
                     struct fx_context **keep) {
     float *out = malloc(sizeof(float) * (size_t)n * NV);
     assert_non_null(out);
-    struct fx_context *ctx = make_ctx(m, 512);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 512);
     struct fx_error err;
     assert_int_equal(fx_forward_batch(ctx, toks, n, 0, out, &err), FX_OK);
     *keep = ctx;
@@ -84,7 +73,7 @@ FX_TEST(qwen35_paged_matches_contiguous) {
     random_tokens(toks, N, 3501);
     struct fx_context *ref;
     float *want = alone(m, toks, N, &ref);
-    struct fx_context *ctx = make_ctx(m, 32);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 32);
     struct fx_kv_pool *pool = make_pool(m);
     struct fx_error err;
     fx_seq_id seq;
@@ -140,7 +129,7 @@ FX_TEST(qwen35_multi_seq_matches_alone) {
         random_tokens(toks[s], len[s] + 1, 7000 + (uint64_t)s);
         want[s] = alone(m, toks[s], len[s] + 1, &ref[s]);
     }
-    struct fx_context *ctx = make_ctx(m, 64);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 64);
     struct fx_kv_pool *pool = make_pool(m);
     struct fx_error err;
     fx_seq_id id[S];
@@ -200,7 +189,7 @@ FX_TEST(qwen35_fork_matches_parent) {
     random_tokens(other + N - 1, M - N + 1, 99); /* other[N - 1] = 1, then random */
     struct fx_context *ref, *ref2;
     float *want = alone(m, toks, N, &ref), *want2 = alone(m, other, M, &ref2);
-    struct fx_context *ctx = make_ctx(m, 16);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 16);
     struct fx_kv_pool *pool = make_pool(m);
     struct fx_error err;
     fx_seq_id parent, child;
@@ -251,7 +240,8 @@ FX_TEST(qwen35_state_save_load) {
     fx_token toks[N];
     random_tokens(toks, N, 515);
     struct fx_error err;
-    struct fx_context *src = make_ctx(m, 512), *dst = make_ctx(m, 512);
+    struct fx_context *src = fx_test_f32_context(m, 256, 512),
+                      *dst = fx_test_f32_context(m, 256, 512);
     float a[NV], b[NV];
     assert_int_equal(fx_forward_batch_last(src, toks, P, 0, a, &err), FX_OK);
     const char *path = fx_test_tmpfile("q35-ctx.state");
@@ -289,7 +279,7 @@ FX_TEST(qwen35_state_save_load) {
     assert_rstate_equal(&pool2->seqs[s2].rs, &pool->seqs[s1].rs);
     struct fx_context *ref;
     float *want = alone(m, toks, N, &ref);
-    struct fx_context *ctx = make_ctx(m, 16);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 16);
     for (int p = P; p < N; p++) {
         assert_int_equal(fx_forward_token_paged(ctx, pool, s1, toks[p], p, a, &err), FX_OK);
         assert_int_equal(fx_forward_token_paged(ctx, pool2, s2, toks[p], p, b, &err), FX_OK);

@@ -5,6 +5,7 @@
  * at every possible row, yields exactly the tokens of plain greedy decoding. qwen35moe-tiny F32,
  * f32 KV rows. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +15,6 @@
 #include "spec/drafter.h"
 
 enum { NV = 512 };
-
-static struct fx_context *make_ctx(const struct fx_model *m) {
-    struct fx_context_params cp = fx_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch = 64;
-    cp.type_k = cp.type_v = FX_TYPE_F32;
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
-}
 
 static struct fx_model *load(void) {
     struct fx_model *m;
@@ -68,7 +57,8 @@ FX_TEST(qwen35_rollback_equals_plain) {
     float *logits = malloc(sizeof(float) * (K + 1) * NV);
     float a[NV], b[NV];
     struct fx_error err;
-    struct fx_context *ctx = make_ctx(m), *plain = make_ctx(m);
+    struct fx_context *ctx = fx_test_f32_context(m, 256, 64),
+                      *plain = fx_test_f32_context(m, 256, 64);
     for (int keep = 1; keep <= K + 1; keep++) {
         assert_int_equal(fx_forward_batch_last(ctx, toks, P, 0, a, &err), FX_OK);
         uint64_t before = fx_par_cold_entries(); /* snapshots included, one pool entry */
@@ -144,7 +134,8 @@ FX_TEST(qwen35_spec_equals_plain) {
         text[i] = 3 + (fx_token)(fx_test_rng_u64(&rng) % (NV - 3));
     struct fx_error err;
     float logits[NV];
-    struct fx_context *plain = make_ctx(m), *ctx = make_ctx(m);
+    struct fx_context *plain = fx_test_f32_context(m, 256, 64),
+                      *ctx = fx_test_f32_context(m, 256, 64);
     assert_int_equal(fx_forward_batch_last(plain, text, P, 0, logits, &err), FX_OK);
     for (int i = P; i < P + G; i++) {
         int best = 0;

@@ -89,17 +89,41 @@ fx_status fx_fwd_prepare(struct fx_context *ctx, const fx_token *tokens, int64_t
     return FX_OK;
 }
 
+/* FX_ERR_UNSUPPORTED for a model without a multi-token-prediction head. */
+static fx_status need_mtp_head(const struct fx_context *ctx, struct fx_error *err) {
+    if (ctx->model->hp.n_nextn == 0)
+        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
+                            "this %s model has no multi-token-prediction head", ctx->model->arch);
+    return FX_OK;
+}
+
+/* The head's pass over n rows at positions pos0.. of the context's MTP cache, row i reading
+ * tokens[i] and hidden_in[i] (fx_forward_mtp's pairing). */
+static struct fx_fwd mtp_pass(struct fx_context *ctx, const fx_token *tokens, int64_t n,
+                              int32_t pos0, enum fx_logits_rows rows, float *logits, float *hidden,
+                              const float *hidden_in) {
+    return (struct fx_fwd){
+        .ctx = ctx,
+        .tokens = tokens,
+        .n = n,
+        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
+        .logits_rows = rows,
+        .logits = logits,
+        .hidden = hidden,
+        .hidden_in = hidden_in,
+    };
+}
+
 fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, const float *hidden_in,
                              int64_t n, int32_t pos0, float *logits, float *hidden,
                              struct fx_fwd *out, struct fx_error *err) {
-    const struct fx_model *m = ctx->model;
-    if (m->hp.n_nextn == 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "this %s model has no multi-token-prediction head", m->arch);
+    fx_status st = need_mtp_head(ctx, err);
+    if (st)
+        return st;
     if (ctx->paged_only)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "this context has no contiguous cache (it was made paged_only)");
-    fx_status st = check_call(tokens, n, FX_LOGITS_ALL, logits, NULL, err);
+    st = check_call(tokens, n, FX_LOGITS_ALL, logits, NULL, err);
     if (st)
         return st;
     if (!hidden_in)
@@ -116,16 +140,7 @@ fx_status fx_fwd_prepare_mtp(struct fx_context *ctx, const fx_token *tokens, con
     st = check_tokens(ctx, tokens, n, err);
     if (st)
         return st;
-    *out = (struct fx_fwd){
-        .ctx = ctx,
-        .tokens = tokens,
-        .n = n,
-        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
-        .logits_rows = FX_LOGITS_ALL,
-        .logits = logits,
-        .hidden = hidden,
-        .hidden_in = hidden_in,
-    };
+    *out = mtp_pass(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, hidden_in);
     return FX_OK;
 }
 
@@ -133,9 +148,9 @@ fx_status fx_fwd_prepare_verify_mtp(struct fx_context *ctx, const fx_token *toke
                                     int32_t pos0, float *logits, float *hidden, fx_token *argmax,
                                     float *mtp_logits, float *mtp_hidden, struct fx_fwd *trunk,
                                     struct fx_fwd *mtp, struct fx_error *err) {
-    if (ctx->model->hp.n_nextn == 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "this %s model has no multi-token-prediction head", ctx->model->arch);
+    fx_status st = need_mtp_head(ctx, err);
+    if (st)
+        return st;
     if (!hidden || !argmax || !mtp_logits)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "a verify step with the MTP head needs hidden-state, argmax and MTP "
@@ -152,21 +167,11 @@ fx_status fx_fwd_prepare_verify_mtp(struct fx_context *ctx, const fx_token *toke
                             "%lld tokens at position %d and their MTP rows after them exceed the "
                             "context of %d",
                             (long long)n, pos0, ctx->n_ctx);
-    fx_status st =
-        fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, true, trunk, err);
+    st = fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_ALL, logits, hidden, true, trunk, err);
     if (st)
         return st;
     /* The head's tokens are the trunk's argmax, written in the pool entry: checked there. */
-    *mtp = (struct fx_fwd){
-        .ctx = ctx,
-        .tokens = argmax,
-        .n = n,
-        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0 + 1}},
-        .logits_rows = FX_LOGITS_ALL,
-        .logits = mtp_logits,
-        .hidden = mtp_hidden,
-        .hidden_in = hidden,
-    };
+    *mtp = mtp_pass(ctx, argmax, n, pos0 + 1, FX_LOGITS_ALL, mtp_logits, mtp_hidden, hidden);
     trunk->then = mtp;
     trunk->argmax = argmax;
     return FX_OK;
@@ -176,9 +181,9 @@ fx_status fx_fwd_prepare_prefill_mtp(struct fx_context *ctx, const fx_token *tok
                                      int32_t pos0, float *logits, float *hidden,
                                      struct fx_fwd *trunk, struct fx_fwd *mtp,
                                      struct fx_error *err) {
-    if (ctx->model->hp.n_nextn == 0)
-        return fx_error_set(err, FX_ERR_UNSUPPORTED, FX_NO_OFFSET,
-                            "this %s model has no multi-token-prediction head", ctx->model->arch);
+    fx_status st = need_mtp_head(ctx, err);
+    if (st)
+        return st;
     if (!hidden)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "hidden-state buffer is NULL");
     if (pos0 >= 0 && pos0 > ctx->mtp_len)
@@ -186,18 +191,11 @@ fx_status fx_fwd_prepare_prefill_mtp(struct fx_context *ctx, const fx_token *tok
                             "a prefill at position %d with the MTP head needs the MTP cache to "
                             "hold %d positions (it holds %d)",
                             pos0, pos0, ctx->mtp_len);
-    fx_status st = fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits,
-                                  hidden + ctx->model->hp.n_embd, false, trunk, err);
+    st = fx_fwd_prepare(ctx, tokens, n, pos0, FX_LOGITS_LAST, logits,
+                        hidden + ctx->model->hp.n_embd, false, trunk, err);
     if (st)
         return st;
-    *mtp = (struct fx_fwd){
-        .ctx = ctx,
-        .tokens = tokens,
-        .n = n,
-        .kv = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &ctx->kv, .pos0 = pos0}},
-        .logits_rows = FX_LOGITS_NONE,
-        .hidden_in = hidden,
-    };
+    *mtp = mtp_pass(ctx, tokens, n, pos0, FX_LOGITS_NONE, NULL, NULL, hidden);
     trunk->then = mtp;
     return FX_OK;
 }
