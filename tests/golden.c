@@ -120,14 +120,27 @@ double fx_test_max_diff(const float *a, const float *b, size_t n) {
     return worst;
 }
 
+struct fx_model *fx_test_load_model(const char *rel) {
+    const char *path = fx_test_fixture(rel);
+    struct fx_model *m = NULL;
+    struct fx_error err;
+    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
+        fail_msg("loading %s: %s", path, err.msg);
+    return m;
+}
+
+struct fx_context *fx_test_context(const struct fx_model *m, const struct fx_context_params *p) {
+    struct fx_context *ctx;
+    struct fx_error err;
+    if (fx_context_create(m, p, &ctx, &err) != FX_OK)
+        fail_msg("context: %s", err.msg);
+    return ctx;
+}
+
 struct fx_context *fx_test_f32_context(const struct fx_model *m, int32_t n_ctx, int32_t n_batch) {
     struct fx_context_params cp = fx_context_default_params();
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
     cp.type_k = cp.type_v = FX_TYPE_F32;
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &cp, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
+    return fx_test_context(m, &cp);
 }

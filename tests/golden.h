@@ -45,6 +45,20 @@ void fx_test_mtp_golden_free(struct fx_mtp_golden *g);
 int fx_test_argmax(const float *x, int n);
 /* The largest |a[i] - b[i]| over n values; infinity when either holds a NaN. */
 double fx_test_max_diff(const float *a, const float *b, size_t n);
+/* The fixture model at rel (under FERROX_FIXTURES); skips the test when the file is absent (fails
+ * under CI=true) and fails it when the model does not load. */
+struct fx_model *fx_test_load_model(const char *rel);
+/* A context on m with parameters p; the test fails when it cannot be made. */
+struct fx_context *fx_test_context(const struct fx_model *m, const struct fx_context_params *p);
+/* Fails the test, naming the call and its error, when call does not return FX_OK; call reports
+ * into the struct fx_error e_ that the macro declares: FX_TEST_OK(fx_forward_token(..., &e_)). */
+#define FX_TEST_OK(call)                                                                           \
+    do {                                                                                           \
+        struct fx_error e_;                                                                        \
+        fx_status st_ = (call);                                                                    \
+        if (st_ != FX_OK)                                                                          \
+            fail_msg("%s: %s", #call, e_.msg);                                                     \
+    } while (0)
 /* A context on m with an f32 cache (the goldens' setting), n_ctx positions and n_batch rows per
  * pass (0: the default); the test fails when it cannot be made. */
 struct fx_context *fx_test_f32_context(const struct fx_model *m, int32_t n_ctx, int32_t n_batch);

@@ -3,6 +3,7 @@
  * Runs in every build; where a device is present and the build has CUDA, the requests succeed
  * instead (tests/test_cuda_decode.c checks what they compute). */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <string.h>
 
@@ -11,9 +12,7 @@
 FX_TEST(context_gpu_layers_refused_with_reason) {
     struct fx_model *m;
     struct fx_error err = {0};
-    const char *path = fx_test_fixture("models/llama-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("models/llama-tiny.F32.gguf");
     struct fx_context_params p = fx_context_default_params();
     p.n_ctx = 32;
     p.n_threads = 1;

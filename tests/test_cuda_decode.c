@@ -11,6 +11,7 @@
  *
  * The models the step refuses are refused before any device work, so that test runs anywhere. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -22,25 +23,12 @@
 #define TOL   1e-4
 #define STEPS 40
 
-static struct fx_model *load(const char *rel) {
-    struct fx_model *m;
-    struct fx_error err = {0};
-    const char *path = fx_test_fixture(rel);
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
-}
-
 static struct fx_context *context(const struct fx_model *m, enum fx_type kv_type) {
     struct fx_context_params p = fx_context_default_params();
     p.n_ctx = 64;
     p.n_threads = 2;
     p.type_k = p.type_v = kv_type;
-    struct fx_context *ctx;
-    struct fx_error err = {0};
-    if (fx_context_create(m, &p, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
+    return fx_test_context(m, &p);
 }
 
 FX_TEST(cuda_decode_step_matches_cpu_forward) {
@@ -57,7 +45,7 @@ FX_TEST(cuda_decode_step_matches_cpu_forward) {
     };
     cuda_test_require();
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct fx_model *m = load(cases[ci].file);
+        struct fx_model *m = fx_test_load_model(cases[ci].file);
         struct fx_context *ctx = context(m, cases[ci].kv);
         struct fx_cuda_decoder *d;
         struct fx_error err = {0};
@@ -101,7 +89,7 @@ static void check_close(const char *what, int step, const float *dev, const floa
  * steps (device rows copied back first), more decode steps. Every call's logits agree within
  * TOL. */
 static void check_context(const char *file, int32_t n_gpu_layers) {
-    struct fx_model *m = load(file);
+    struct fx_model *m = fx_test_load_model(file);
     struct fx_context *cpu_ctx = context(m, FX_TYPE_F16);
     struct fx_context_params p = fx_context_default_params();
     p.n_ctx = 64;
@@ -163,7 +151,7 @@ FX_TEST(cuda_decode_refuses_unsupported_models) {
         {"models/gptoss-tiny.F32.gguf", "mixture of experts"},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        struct fx_model *m = load(cases[ci].file);
+        struct fx_model *m = fx_test_load_model(cases[ci].file);
         struct fx_context *ctx = context(m, FX_TYPE_F32);
         struct fx_cuda_decoder *d = (struct fx_cuda_decoder *)&d; /* overwritten with NULL */
         struct fx_error err = {0};
@@ -175,7 +163,7 @@ FX_TEST(cuda_decode_refuses_unsupported_models) {
         fx_model_free(m);
     }
     /* A q8_0 cache is not one the device keeps. */
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     struct fx_context *ctx = context(m, FX_TYPE_Q8_0);
     struct fx_cuda_decoder *d;
     struct fx_error err = {0};

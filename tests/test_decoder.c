@@ -2,6 +2,7 @@
  * call, entry points only in entry.c, results independent of threads and batching, failed calls
  * change nothing; plus hidden-state outputs, rewinding and FERROX_DUMP. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <ftw.h>
 #include <math.h>
@@ -16,22 +17,9 @@ static const fx_token P1[16] = {1,   85, 406, 80,  298, 159, 214, 45,
                                 485, 8,  75,  475, 239, 95,  307, 247};
 #define NV 512
 
-static struct fx_model *load(const char *rel) {
-    struct fx_model *m;
-    struct fx_error err;
-    const char *path = fx_test_fixture(rel);
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
-}
-
 static struct fx_context *context(const struct fx_model *m, int n_ctx, int n_batch, int n_threads) {
     struct fx_context_params p = {.n_ctx = n_ctx, .n_batch = n_batch, .n_threads = n_threads};
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &p, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
+    return fx_test_context(m, &p);
 }
 
 FX_TEST(decoder_one_cold_entry_per_forward) {
@@ -40,7 +28,7 @@ FX_TEST(decoder_one_cold_entry_per_forward) {
                                   "models/qwen3moe-tiny.F32.gguf"};
     static float logits[16 * NV], hidden[16 * 256];
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         struct fx_context *ctx = context(m, 64, 4, 2); /* 16 rows: four chunks, one entry */
         uint64_t before = fx_par_cold_entries();
         assert_int_equal(fx_forward_batch(ctx, P1, 16, 0, logits, &err), FX_OK);
@@ -110,7 +98,7 @@ FX_TEST(decoder_bit_identical_across_threads_and_chunks) {
     struct fx_error err;
     const int configs[][2] = {{3, 2}, {16, 3}, {1, 1}, {5, 4}}; /* n_batch, n_threads */
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         struct fx_context *ctx = context(m, 32, 512, 1);
         assert_int_equal(fx_forward_batch(ctx, P1, 16, 0, ref, &err), FX_OK);
         fx_context_free(ctx);
@@ -127,7 +115,7 @@ FX_TEST(decoder_bit_identical_across_threads_and_chunks) {
 /* ---- failed calls change nothing ----------------------------------------------------------- */
 
 FX_TEST(decoder_rejects_bad_calls_without_changes) {
-    struct fx_model *m = load("models/qwen2-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/qwen2-tiny.F32.gguf");
     struct fx_context *ctx = context(m, 20, 512, 2);
     static float ref[16 * NV], got[16 * NV];
     struct fx_error err;
@@ -168,7 +156,7 @@ FX_TEST(decoder_rejects_bad_calls_without_changes) {
 
 FX_TEST(decoder_hidden_states_project_to_logits) {
     /* Tied F32 model: logits = hidden . token_embd rows, recomputed here in double. */
-    struct fx_model *m = load("models/llama-tiny-tied.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny-tied.F32.gguf");
     struct fx_context *ctx = context(m, 32, 512, 2);
     enum { N = 16, E = 128 };
     static float logits[N * NV], logits2[N * NV], hidden[N * E], hidden2[N * E];
@@ -207,7 +195,7 @@ static size_t file_size(const char *dir, const char *name) {
 }
 
 FX_TEST(decoder_dump_writes_named_intermediates) {
-    struct fx_model *m = load("models/qwen3-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/qwen3-tiny.F32.gguf");
     const char *dir = fx_test_tmpdir();
     setenv("FERROX_DUMP", dir, 1);
     struct fx_context *ctx = context(m, 32, 512, 2);

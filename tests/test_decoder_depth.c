@@ -4,6 +4,7 @@
  * (grouped queries, softcap with sliding windows, sinks with sliding windows); and a
  * sliding-window layer reads no key before its window's run at any depth. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,23 +26,6 @@ static const char *const MODELS[] = {
 static const enum fx_type KV_TYPES[][2] = {
     {FX_TYPE_F32, FX_TYPE_F32}, {FX_TYPE_F16, FX_TYPE_F16}, {FX_TYPE_Q8_0, FX_TYPE_Q8_0}};
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        struct fx_error e_;                                                                        \
-        fx_status st_ = (call);                                                                    \
-        if (st_ != FX_OK)                                                                          \
-            fail_msg("%s: %s", #call, e_.msg);                                                     \
-    } while (0)
-
-static struct fx_model *load(const char *rel) {
-    struct fx_model *m;
-    struct fx_error err;
-    const char *path = fx_test_fixture(rel);
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
-}
-
 static struct fx_context *context(const struct fx_model *m, int n_threads, const enum fx_type *kv,
                                   bool paged_only) {
     struct fx_context_params p = {.n_ctx = DEPTH + 16,
@@ -50,11 +34,7 @@ static struct fx_context *context(const struct fx_model *m, int n_threads, const
                                   .type_k = kv[0],
                                   .type_v = kv[1],
                                   .paged_only = paged_only};
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &p, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
+    return fx_test_context(m, &p);
 }
 
 static void tokens(fx_token *out, int n, uint64_t salt) {
@@ -81,17 +61,17 @@ FX_TEST(decoder_depth_step_alone_equals_step_in_a_batch) {
     tokens(t, DEPTH + 8, 1);
     tokens(other, 5, 2);
     for (size_t f = 0; f < sizeof MODELS / sizeof MODELS[0]; f++) {
-        struct fx_model *m = load(MODELS[f]);
+        struct fx_model *m = fx_test_load_model(MODELS[f]);
         for (size_t k = 0; k < sizeof KV_TYPES / sizeof KV_TYPES[0]; k++) {
             const enum fx_type *kv = KV_TYPES[k];
             /* Alone: one token after a prefill of DEPTH. */
             struct fx_context *cc = context(m, 2, kv, false);
-            CHECK(fx_forward_batch_last(cc, t, DEPTH, 0, alone, &e_));
-            CHECK(fx_forward_token(cc, t[DEPTH], DEPTH, alone, &e_));
+            FX_TEST_OK(fx_forward_batch_last(cc, t, DEPTH, 0, alone, &e_));
+            FX_TEST_OK(fx_forward_token(cc, t[DEPTH], DEPTH, alone, &e_));
 
             /* The same position as row 5 of 8 rows of one call. */
-            CHECK(fx_context_kv_truncate(cc, DEPTH - 5, &e_));
-            CHECK(fx_forward_batch(cc, t + DEPTH - 5, 8, DEPTH - 5, batch, &e_));
+            FX_TEST_OK(fx_context_kv_truncate(cc, DEPTH - 5, &e_));
+            FX_TEST_OK(fx_forward_batch(cc, t + DEPTH - 5, 8, DEPTH - 5, batch, &e_));
             same(alone, batch + 5 * NV, MODELS[f], kv, "as a row of a batch");
 
             /* Sliding-window layers: every key before the run that holds the window's first
@@ -106,8 +86,8 @@ FX_TEST(decoder_depth_step_alone_equals_step_in_a_batch) {
                             poison(fx_kv_contig_k(c, il, g, 0), (uint64_t)t0 * c->k_row);
                             poison(fx_kv_contig_v(c, il, g, 0), (uint64_t)t0 * c->v_row);
                         }
-                CHECK(fx_context_kv_truncate(cc, DEPTH, &e_));
-                CHECK(fx_forward_token(cc, t[DEPTH], DEPTH, poisoned, &e_));
+                FX_TEST_OK(fx_context_kv_truncate(cc, DEPTH, &e_));
+                FX_TEST_OK(fx_forward_token(cc, t[DEPTH], DEPTH, poisoned, &e_));
                 same(alone, poisoned, MODELS[f], kv, "with keys before the window poisoned");
             }
             fx_context_free(cc);
@@ -120,16 +100,16 @@ FX_TEST(decoder_depth_step_alone_equals_step_in_a_batch) {
             pp.type_k = kv[0];
             pp.type_v = kv[1];
             struct fx_kv_pool *pl;
-            CHECK(fx_kv_pool_create(m, &pp, &pl, &e_));
+            FX_TEST_OK(fx_kv_pool_create(m, &pp, &pl, &e_));
             fx_seq_id a, b;
-            CHECK(fx_kv_seq_create(pl, &a, &e_));
-            CHECK(fx_kv_seq_create(pl, &b, &e_));
-            CHECK(fx_forward_batch_last_paged(pc, pl, a, t, DEPTH, 0, multi, &e_));
+            FX_TEST_OK(fx_kv_seq_create(pl, &a, &e_));
+            FX_TEST_OK(fx_kv_seq_create(pl, &b, &e_));
+            FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, a, t, DEPTH, 0, multi, &e_));
             fx_token row_tok[6] = {other[0], other[1], other[2], other[3], other[4], t[DEPTH]};
             int32_t row_pos[6] = {0, 1, 2, 3, 4, DEPTH};
             fx_seq_id row_seq[6] = {b, b, b, b, b, a};
             struct fx_batch step = {.n = 6, .token = row_tok, .pos = row_pos, .seq = row_seq};
-            CHECK(fx_forward_multi_seq(pc, pl, &step, multi, &e_));
+            FX_TEST_OK(fx_forward_multi_seq(pc, pl, &step, multi, &e_));
             same(alone, multi + 5 * NV, MODELS[f], kv, "in a multi-sequence step");
             fx_kv_pool_free(pl);
             fx_context_free(pc);

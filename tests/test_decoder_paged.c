@@ -3,6 +3,7 @@
  * bytes as through the contiguous cache alone, for every fixture architecture and KV type; a step
  * that does not fit changes nothing. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,15 +24,6 @@ static const char *const ARCH_FILES[] = {
 static const enum fx_type KV_TYPES[][2] = {
     {FX_TYPE_F32, FX_TYPE_F32}, {FX_TYPE_F16, FX_TYPE_F16}, {FX_TYPE_Q8_0, FX_TYPE_F16}};
 
-static struct fx_model *load(const char *rel) {
-    struct fx_model *m;
-    struct fx_error err;
-    const char *path = fx_test_fixture(rel);
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
-}
-
 static struct fx_context *context(const struct fx_model *m, int n_ctx, int n_batch, int n_threads,
                                   const enum fx_type *kv, bool paged_only) {
     struct fx_context_params p = {.n_ctx = n_ctx,
@@ -40,11 +32,7 @@ static struct fx_context *context(const struct fx_model *m, int n_ctx, int n_bat
                                   .type_k = kv[0],
                                   .type_v = kv[1],
                                   .paged_only = paged_only};
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &p, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
+    return fx_test_context(m, &p);
 }
 
 static struct fx_kv_pool *pool(const struct fx_model *m, int n_blocks, int block_size,
@@ -76,14 +64,6 @@ static void tokens(fx_token *out, int n, uint64_t salt) {
         out[i] = 3 + (fx_token)(fx_test_rng_u64(&r) % (NV - 3));
 }
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        struct fx_error e_;                                                                        \
-        fx_status st_ = (call);                                                                    \
-        if (st_ != FX_OK)                                                                          \
-            fail_msg("%s: %s", #call, e_.msg);                                                     \
-    } while (0)
-
 /* ---- one sequence: paged against contiguous ----------------------------------------------- */
 
 FX_TEST(decoder_paged_token_matches_contiguous) {
@@ -91,7 +71,7 @@ FX_TEST(decoder_paged_token_matches_contiguous) {
     fx_token t[STEPS];
     static float ref[NV], got[NV];
     for (size_t f = 0; f < N_ARCH; f++) {
-        struct fx_model *m = load(ARCH_FILES[f]);
+        struct fx_model *m = fx_test_load_model(ARCH_FILES[f]);
         for (size_t k = 0; k < sizeof KV_TYPES / sizeof KV_TYPES[0]; k++) {
             int block_size = f % 2 ? 16 : 5; /* a block size that does not divide the runs */
             struct fx_context *cc = context(m, STEPS, 512, 2, KV_TYPES[k], false);
@@ -101,8 +81,8 @@ FX_TEST(decoder_paged_token_matches_contiguous) {
             fx_seq_id s = new_seq(pl);
             tokens(t, STEPS, f);
             for (int i = 0; i < STEPS; i++) {
-                CHECK(fx_forward_token(cc, t[i], i, ref, &e_));
-                CHECK(fx_forward_token_paged(pc, pl, s, t[i], i, got, &e_));
+                FX_TEST_OK(fx_forward_token(cc, t[i], i, ref, &e_));
+                FX_TEST_OK(fx_forward_token_paged(pc, pl, s, t[i], i, got, &e_));
                 if (memcmp(ref, got, sizeof ref) != 0)
                     fail_msg("%s, KV %s/%s, step %d: paged logits differ", ARCH_FILES[f],
                              fx_type_name(KV_TYPES[k][0]), fx_type_name(KV_TYPES[k][1]), i);
@@ -121,20 +101,20 @@ FX_TEST(decoder_paged_prefill_matches_contiguous) {
     fx_token t[N + 1];
     static float ref[NV], got[NV], step_ref[NV], step_got[NV];
     for (size_t f = 0; f < N_ARCH; f++) {
-        struct fx_model *m = load(ARCH_FILES[f]);
+        struct fx_model *m = fx_test_load_model(ARCH_FILES[f]);
         struct fx_context *cc = context(m, 64, 512, 2, KV_TYPES[0], false);
         /* A batch of 8 rows: the paged prefill runs in chunks too. */
         struct fx_context *pc = context(m, 64, 8, 3, KV_TYPES[0], true);
         struct fx_kv_pool *pl = pool(m, 8, 16, KV_TYPES[0]);
         fx_seq_id s = new_seq(pl);
         tokens(t, N + 1, 100 + f);
-        CHECK(fx_forward_batch_last(cc, t, N, 0, ref, &e_));
+        FX_TEST_OK(fx_forward_batch_last(cc, t, N, 0, ref, &e_));
         /* The prompt in two calls of 19 and 26 rows. */
-        CHECK(fx_forward_batch_last_paged(pc, pl, s, t, 19, 0, got, &e_));
-        CHECK(fx_forward_batch_last_paged(pc, pl, s, t + 19, N - 19, 19, got, &e_));
+        FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, s, t, 19, 0, got, &e_));
+        FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, s, t + 19, N - 19, 19, got, &e_));
         assert_memory_equal(ref, got, sizeof ref);
-        CHECK(fx_forward_token(cc, t[N], N, step_ref, &e_));
-        CHECK(fx_forward_token_paged(pc, pl, s, t[N], N, step_got, &e_));
+        FX_TEST_OK(fx_forward_token(cc, t[N], N, step_ref, &e_));
+        FX_TEST_OK(fx_forward_token_paged(pc, pl, s, t[N], N, step_got, &e_));
         assert_memory_equal(step_ref, step_got, sizeof step_ref);
         const fx_token *held = fx_kv_seq_tokens(pl, s);
         assert_int_equal(fx_kv_seq_len(pl, s), N + 1);
@@ -201,7 +181,7 @@ static void run_multi(struct fx_model *m, int n_threads, const enum fx_type *kv,
         if (active == 0)
             break;
         struct fx_batch b = {.n = n, .token = tok, .pos = pos, .seq = seq, .logits = want};
-        CHECK(fx_forward_multi_seq(pc, pl, &b, logits, &e_));
+        FX_TEST_OK(fx_forward_multi_seq(pc, pl, &b, logits, &e_));
         int r = 0;
         for (int i = 0; i < n; i++) {
             if (!want[i])
@@ -236,7 +216,7 @@ FX_TEST(decoder_multi_seq_matches_each_alone) {
         "models/llama-tiny.Q4_K.gguf", "models/gemma2-tiny.F32.gguf",
         "models/qwen3moe-tiny.F32.gguf", "models/gptoss-tiny.F32.gguf"};
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         for (int threads = 1; threads <= 3; threads += 2) {
             const enum fx_type *kv = KV_TYPES[f % 3];
             struct sim_seq sq[N_SEQ] = {0};
@@ -253,7 +233,7 @@ FX_TEST(decoder_multi_seq_matches_each_alone) {
                 struct sim_seq *s = &sq[j];
                 assert_true(s->done);
                 assert_int_equal(s->n_out, s->n_gen + 1);
-                CHECK(fx_forward_batch(cc, s->tok, s->n_tok, 0, ref, &e_));
+                FX_TEST_OK(fx_forward_batch(cc, s->tok, s->n_tok, 0, ref, &e_));
                 for (int o = 0; o < s->n_out; o++)
                     if (memcmp(s->out + (size_t)o * NV, ref + (size_t)s->out_pos[o] * NV,
                                sizeof(float) * NV) != 0)
@@ -277,7 +257,7 @@ FX_TEST(decoder_prefix_cache_continues_bit_identically) {
     static const char *const files[] = {"models/qwen3-tiny.F32.gguf",
                                         "models/gemma3-tiny.F32.gguf"};
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         struct fx_context *cc = context(m, 64, 512, 2, KV_TYPES[1], false);
         struct fx_context *pc = context(m, 64, 512, 2, KV_TYPES[1], true);
         struct fx_kv_pool *pl = pool(m, 8, 16, KV_TYPES[1]);
@@ -285,14 +265,15 @@ FX_TEST(decoder_prefix_cache_continues_bit_identically) {
         memcpy(b, a, sizeof a);
         b[N - 3] = 5; /* b shares a's first 37 tokens: two whole blocks */
         fx_seq_id s = new_seq(pl);
-        CHECK(fx_forward_batch_last_paged(pc, pl, s, a, N, 0, got, &e_));
+        FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, s, a, N, 0, got, &e_));
         fx_kv_seq_free(pl, s);
 
         int32_t cached;
-        CHECK(fx_kv_seq_create_cached(pl, b, N, &s, &cached, &e_));
+        FX_TEST_OK(fx_kv_seq_create_cached(pl, b, N, &s, &cached, &e_));
         assert_int_equal(cached, 32);
-        CHECK(fx_forward_batch_last_paged(pc, pl, s, b + cached, N - cached, cached, got, &e_));
-        CHECK(fx_forward_batch_last(cc, b, N, 0, ref, &e_));
+        FX_TEST_OK(
+            fx_forward_batch_last_paged(pc, pl, s, b + cached, N - cached, cached, got, &e_));
+        FX_TEST_OK(fx_forward_batch_last(cc, b, N, 0, ref, &e_));
         assert_memory_equal(ref, got, sizeof ref);
         struct fx_kv_pool_stats st;
         fx_kv_pool_stats(pl, &st);
@@ -307,17 +288,17 @@ FX_TEST(decoder_prefix_cache_continues_bit_identically) {
 /* ---- a step that does not fit -------------------------------------------------------------- */
 
 FX_TEST(decoder_multi_seq_full_pool_changes_nothing) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     struct fx_context *pc = context(m, 64, 512, 2, KV_TYPES[0], true);
     struct fx_kv_pool *pl = pool(m, 5, 4, KV_TYPES[0]); /* 20 positions */
     fx_token t[16];
     tokens(t, 16, 3);
     static float logits[16 * NV], again[NV], ref[NV];
     fx_seq_id a = new_seq(pl), b = new_seq(pl);
-    CHECK(fx_forward_batch_last_paged(pc, pl, a, t, 9, 0, logits, &e_)); /* 3 blocks */
+    FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, a, t, 9, 0, logits, &e_)); /* 3 blocks */
     fx_seq_id c;
-    CHECK(fx_kv_seq_fork(pl, a, &c, &e_)); /* shares a's partial third block */
-    CHECK(fx_forward_batch_last_paged(pc, pl, b, t, 4, 0, logits, &e_)); /* 1 block */
+    FX_TEST_OK(fx_kv_seq_fork(pl, a, &c, &e_)); /* shares a's partial third block */
+    FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, b, t, 4, 0, logits, &e_)); /* 1 block */
     int32_t refs[5];
     memcpy(refs, pl->refs, sizeof refs);
 
@@ -347,9 +328,9 @@ FX_TEST(decoder_multi_seq_full_pool_changes_nothing) {
 
     /* Once c lets its share go, a's row fits, and a continues as if nothing had happened. */
     fx_kv_seq_free(pl, c);
-    CHECK(fx_forward_token_paged(pc, pl, a, t[9], 9, again, &e_));
+    FX_TEST_OK(fx_forward_token_paged(pc, pl, a, t[9], 9, again, &e_));
     struct fx_context *cc = context(m, 64, 512, 2, KV_TYPES[0], false);
-    CHECK(fx_forward_batch_last(cc, t, 10, 0, ref, &e_));
+    FX_TEST_OK(fx_forward_batch_last(cc, t, 10, 0, ref, &e_));
     assert_memory_equal(ref, again, sizeof ref);
     fx_context_free(cc);
     fx_kv_pool_free(pl);
@@ -358,7 +339,7 @@ FX_TEST(decoder_multi_seq_full_pool_changes_nothing) {
 }
 
 FX_TEST(decoder_paged_one_cold_entry_per_forward) {
-    struct fx_model *m = load("models/qwen3moe-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/qwen3moe-tiny.F32.gguf");
     struct fx_context *pc = context(m, 64, 4, 2, KV_TYPES[0], true);
     struct fx_kv_pool *pl = pool(m, 4, 16, KV_TYPES[0]);
     fx_token t[16];
@@ -366,14 +347,14 @@ FX_TEST(decoder_paged_one_cold_entry_per_forward) {
     static float logits[16 * NV];
     fx_seq_id s = new_seq(pl);
     uint64_t before = fx_par_cold_entries();
-    CHECK(fx_forward_batch_last_paged(pc, pl, s, t, 12, 0, logits, &e_)); /* 3 chunks */
+    FX_TEST_OK(fx_forward_batch_last_paged(pc, pl, s, t, 12, 0, logits, &e_)); /* 3 chunks */
     assert_int_equal(fx_par_cold_entries(), before + 1);
-    CHECK(fx_forward_token_paged(pc, pl, s, t[12], 12, logits, &e_));
+    FX_TEST_OK(fx_forward_token_paged(pc, pl, s, t[12], 12, logits, &e_));
     assert_int_equal(fx_par_cold_entries(), before + 2);
     int32_t pos[3] = {13, 14, 15};
     fx_seq_id seq[3] = {s, s, s};
     struct fx_batch b = {.n = 3, .token = t + 13, .pos = pos, .seq = seq};
-    CHECK(fx_forward_multi_seq(pc, pl, &b, logits, &e_));
+    FX_TEST_OK(fx_forward_multi_seq(pc, pl, &b, logits, &e_));
     assert_int_equal(fx_par_cold_entries(), before + 3);
     /* The contiguous entry points refuse a paged_only context without entering the pool. */
     struct fx_error err;

@@ -7,6 +7,7 @@
  * the tokens up to and including the row's position. A block shared, copied or found in the
  * prefix cache must then hold exactly the markers of its sequence's own tokens. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -17,12 +18,7 @@
 #include "model/model.h"
 
 static struct fx_model *tiny(void) {
-    struct fx_model *m;
-    struct fx_error err;
-    const char *path = fx_test_fixture("models/llama-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
+    return fx_test_load_model("models/llama-tiny.F32.gguf");
 }
 
 static struct fx_kv_pool *pool_new(const struct fx_model *m, int n_blocks, int block_size,

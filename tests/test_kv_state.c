@@ -3,6 +3,7 @@
  * a new prompt is loaded; every damaged, truncated or foreign file is refused with a message
  * naming what is wrong and leaves the context as it was; and `ferrox run --prompt-cache`. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -26,23 +27,6 @@ static const enum fx_type KV_TYPES[][2] = {{FX_TYPE_F32, FX_TYPE_F32},
 #define N_KV_TYPES (sizeof KV_TYPES / sizeof KV_TYPES[0])
 static const enum fx_type F32_KV[2] = {FX_TYPE_F32, FX_TYPE_F32};
 
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        struct fx_error e_;                                                                        \
-        fx_status st_ = (call);                                                                    \
-        if (st_ != FX_OK)                                                                          \
-            fail_msg("%s: %s", #call, e_.msg);                                                     \
-    } while (0)
-
-static struct fx_model *load(const char *rel) {
-    struct fx_model *m;
-    struct fx_error err;
-    const char *path = fx_test_fixture(rel);
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
-}
-
 static struct fx_context *context(const struct fx_model *m, int n_ctx, const enum fx_type *kv,
                                   bool paged_only) {
     struct fx_context_params p = {.n_ctx = n_ctx,
@@ -51,11 +35,7 @@ static struct fx_context *context(const struct fx_model *m, int n_ctx, const enu
                                   .type_k = kv[0],
                                   .type_v = kv[1],
                                   .paged_only = paged_only};
-    struct fx_context *ctx;
-    struct fx_error err;
-    if (fx_context_create(m, &p, &ctx, &err) != FX_OK)
-        fail_msg("context: %s", err.msg);
-    return ctx;
+    return fx_test_context(m, &p);
 }
 
 static fx_token argmax(const float *logits) {
@@ -70,8 +50,8 @@ static fx_token argmax(const float *logits) {
  * with fx_forward_token, into logits[1..steps]. */
 static void greedy(struct fx_context *ctx, int32_t pos, int steps, float *logits) {
     for (int i = 0; i < steps; i++)
-        CHECK(fx_forward_token(ctx, argmax(logits + (size_t)i * NV), pos + i,
-                               logits + (size_t)(i + 1) * NV, &e_));
+        FX_TEST_OK(fx_forward_token(ctx, argmax(logits + (size_t)i * NV), pos + i,
+                                    logits + (size_t)(i + 1) * NV, &e_));
 }
 
 /* ---- the checksum ---------------------------------------------------------------------------- */
@@ -94,26 +74,26 @@ FX_TEST(kv_state_round_trip_bit_identical) {
     static float a[(STEPS + 1) * NV], b[(STEPS + 1) * NV];
     const char *path = fx_test_tmpfile("round-trip.state");
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         for (size_t k = 0; k < N_KV_TYPES; k++) {
             /* A: one context, the prompt then greedy steps. */
             struct fx_context *ctx = context(m, 64, KV_TYPES[k], false);
-            CHECK(fx_forward_batch_last(ctx, P1, 16, 0, a, &e_));
+            FX_TEST_OK(fx_forward_batch_last(ctx, P1, 16, 0, a, &e_));
             greedy(ctx, 16, STEPS, a);
             fx_context_free(ctx);
 
             /* B: the prompt, saved; a fresh context loads it and continues. */
             ctx = context(m, 64, KV_TYPES[k], false);
-            CHECK(fx_forward_batch_last(ctx, P1, 16, 0, b, &e_));
-            CHECK(fx_context_state_save(ctx, P1, 16, path, &e_));
+            FX_TEST_OK(fx_forward_batch_last(ctx, P1, 16, 0, b, &e_));
+            FX_TEST_OK(fx_context_state_save(ctx, P1, 16, path, &e_));
             fx_context_free(ctx);
             ctx = context(m, 64, KV_TYPES[k], false);
             int32_t n_loaded = -1;
-            CHECK(fx_context_state_load(ctx, path, P1, 16, &n_loaded, &e_));
+            FX_TEST_OK(fx_context_state_load(ctx, path, P1, 16, &n_loaded, &e_));
             assert_int_equal(n_loaded, 15); /* the last prompt token is left to evaluate */
             assert_int_equal(fx_context_kv_len(ctx), 15);
             memset(b, 0, sizeof b);
-            CHECK(fx_forward_token(ctx, P1[15], 15, b, &e_));
+            FX_TEST_OK(fx_forward_token(ctx, P1[15], 15, b, &e_));
             greedy(ctx, 16, STEPS, b);
             for (int i = 0; i <= STEPS; i++)
                 if (memcmp(a + (size_t)i * NV, b + (size_t)i * NV, NV * sizeof(float)) != 0)
@@ -127,14 +107,14 @@ FX_TEST(kv_state_round_trip_bit_identical) {
             for (int i = 0; i <= STEPS; i++)
                 all[16 + i] = argmax(a + (size_t)i * NV);
             assert_int_equal(fx_context_kv_len(ctx), 16 + STEPS);
-            CHECK(fx_context_state_save(ctx, all, 16 + STEPS, path, &e_));
+            FX_TEST_OK(fx_context_state_save(ctx, all, 16 + STEPS, path, &e_));
             fx_context_free(ctx);
             ctx = context(m, 64, KV_TYPES[k], false);
-            CHECK(fx_context_state_load(ctx, path, all, 16 + STEPS + 1, &n_loaded, &e_));
+            FX_TEST_OK(fx_context_state_load(ctx, path, all, 16 + STEPS + 1, &n_loaded, &e_));
             assert_int_equal(n_loaded, 16 + STEPS);
-            CHECK(fx_forward_token(ctx, all[16 + STEPS], 16 + STEPS, b, &e_));
+            FX_TEST_OK(fx_forward_token(ctx, all[16 + STEPS], 16 + STEPS, b, &e_));
             struct fx_context *ref = context(m, 64, KV_TYPES[k], false);
-            CHECK(fx_forward_batch_last(ref, all, 16 + STEPS + 1, 0, a, &e_));
+            FX_TEST_OK(fx_forward_batch_last(ref, all, 16 + STEPS + 1, 0, a, &e_));
             assert_memory_equal(a, b, NV * sizeof(float));
             fx_context_free(ref);
             fx_context_free(ctx);
@@ -144,12 +124,12 @@ FX_TEST(kv_state_round_trip_bit_identical) {
 }
 
 FX_TEST(kv_state_loads_common_prefix) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     const char *path = fx_test_tmpfile("prefix.state");
     static float logits[NV], ref[NV];
     struct fx_context *ctx = context(m, 64, F32_KV, false);
-    CHECK(fx_forward_batch_last(ctx, P1, 16, 0, logits, &e_));
-    CHECK(fx_context_state_save(ctx, P1, 16, path, &e_));
+    FX_TEST_OK(fx_forward_batch_last(ctx, P1, 16, 0, logits, &e_));
+    FX_TEST_OK(fx_context_state_save(ctx, P1, 16, path, &e_));
     fx_context_free(ctx);
 
     /* A prompt that diverges at position 5: five positions come from the file, the rest is
@@ -159,12 +139,12 @@ FX_TEST(kv_state_loads_common_prefix) {
     p[5] = (P1[5] + 1) % NV;
     ctx = context(m, 64, F32_KV, false);
     int32_t n_loaded = -1;
-    CHECK(fx_context_state_load(ctx, path, p, 16, &n_loaded, &e_));
+    FX_TEST_OK(fx_context_state_load(ctx, path, p, 16, &n_loaded, &e_));
     assert_int_equal(n_loaded, 5);
     assert_int_equal(fx_context_kv_len(ctx), 5);
-    CHECK(fx_forward_batch_last(ctx, p + 5, 11, 5, logits, &e_));
+    FX_TEST_OK(fx_forward_batch_last(ctx, p + 5, 11, 5, logits, &e_));
     struct fx_context *fresh = context(m, 64, F32_KV, false);
-    CHECK(fx_forward_batch_last(fresh, p, 16, 0, ref, &e_));
+    FX_TEST_OK(fx_forward_batch_last(fresh, p, 16, 0, ref, &e_));
     assert_memory_equal(logits, ref, sizeof ref);
     fx_context_free(fresh);
 
@@ -174,14 +154,14 @@ FX_TEST(kv_state_loads_common_prefix) {
     const int32_t n_prompt[] = {10, 1, 0, 16, 17, 20};
     const int32_t want[] = {9, 0, 0, 15, 16, 16};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        CHECK(
+        FX_TEST_OK(
             fx_context_state_load(ctx, path, n_prompt[i] ? p : NULL, n_prompt[i], &n_loaded, &e_));
         assert_int_equal(n_loaded, want[i]);
         assert_int_equal(fx_context_kv_len(ctx), want[i]);
     }
     /* A prompt that differs at once loads nothing, and clears the cache. */
     p[0] = 2;
-    CHECK(fx_context_state_load(ctx, path, p, 16, &n_loaded, &e_));
+    FX_TEST_OK(fx_context_state_load(ctx, path, p, 16, &n_loaded, &e_));
     assert_int_equal(n_loaded, 0);
     assert_int_equal(fx_context_kv_len(ctx), 0);
     fx_context_free(ctx);
@@ -202,10 +182,10 @@ static void victim_init(struct victim *v, const struct fx_model *m, int n_ctx) {
     static float scratch[NV];
     v->m = m;
     v->ctx = context(m, n_ctx, F32_KV, false);
-    CHECK(fx_forward_batch_last(v->ctx, P2, 8, 0, scratch, &e_));
+    FX_TEST_OK(fx_forward_batch_last(v->ctx, P2, 8, 0, scratch, &e_));
     struct fx_context *fresh = context(m, n_ctx, F32_KV, false);
-    CHECK(fx_forward_batch_last(fresh, P2, 8, 0, scratch, &e_));
-    CHECK(fx_forward_token(fresh, 5, 8, v->next, &e_));
+    FX_TEST_OK(fx_forward_batch_last(fresh, P2, 8, 0, scratch, &e_));
+    FX_TEST_OK(fx_forward_token(fresh, 5, 8, v->next, &e_));
     fx_context_free(fresh);
 }
 
@@ -222,19 +202,19 @@ static void expect_refused(struct victim *v, const char *path, fx_status code, c
                  fx_status_name(code), want);
     assert_int_equal(n_loaded, 1234);
     assert_int_equal(fx_context_kv_len(v->ctx), 8);
-    CHECK(fx_forward_token(v->ctx, 5, 8, got, &e_));
+    FX_TEST_OK(fx_forward_token(v->ctx, 5, 8, got, &e_));
     if (memcmp(got, v->next, sizeof got) != 0)
         fail_msg("%s: the refused load changed the cache", what);
-    CHECK(fx_context_kv_truncate(v->ctx, 8, &e_));
+    FX_TEST_OK(fx_context_kv_truncate(v->ctx, 8, &e_));
 }
 
 /* Saves P1's 16 positions computed by model file rel with KV types kv to path. */
 static void save_p1(const char *rel, const enum fx_type *kv, int n_ctx, const char *path) {
     static float scratch[NV];
-    struct fx_model *m = load(rel);
+    struct fx_model *m = fx_test_load_model(rel);
     struct fx_context *ctx = context(m, n_ctx, kv, false);
-    CHECK(fx_forward_batch_last(ctx, P1, 16, 0, scratch, &e_));
-    CHECK(fx_context_state_save(ctx, P1, 16, path, &e_));
+    FX_TEST_OK(fx_forward_batch_last(ctx, P1, 16, 0, scratch, &e_));
+    FX_TEST_OK(fx_context_state_save(ctx, P1, 16, path, &e_));
     fx_context_free(ctx);
     fx_model_free(m);
 }
@@ -252,7 +232,7 @@ static void reseal(uint8_t *b, size_t size) {
 }
 
 FX_TEST(kv_state_refuses_damaged_files) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     struct victim v;
     victim_init(&v, m, 64);
     const char *good = fx_test_tmpfile("good.state");
@@ -267,7 +247,7 @@ FX_TEST(kv_state_refuses_damaged_files) {
     /* The intact file loads (and the victim is put back). */
     int32_t n_loaded;
     struct fx_context *other = context(m, 64, F32_KV, false);
-    CHECK(fx_context_state_load(other, good_path, P1, 16, &n_loaded, &e_));
+    FX_TEST_OK(fx_context_state_load(other, good_path, P1, 16, &n_loaded, &e_));
     assert_int_equal(n_loaded, 15);
     fx_context_free(other);
 
@@ -373,7 +353,7 @@ FX_TEST(kv_state_refuses_damaged_files) {
 }
 
 FX_TEST(kv_state_refuses_foreign_files) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     struct victim v;
     victim_init(&v, m, 64);
     char path[4096];
@@ -413,10 +393,10 @@ FX_TEST(kv_state_refuses_foreign_files) {
 }
 
 FX_TEST(kv_state_save_checks_its_arguments) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     static float logits[NV];
     struct fx_context *ctx = context(m, 64, F32_KV, false);
-    CHECK(fx_forward_batch_last(ctx, P1, 8, 0, logits, &e_));
+    FX_TEST_OK(fx_forward_batch_last(ctx, P1, 8, 0, logits, &e_));
     struct fx_error err;
     const char *path = fx_test_tmpfile("args.state");
     assert_int_equal(fx_context_state_save(ctx, P1, 9, path, &err), FX_ERR_INVALID_ARG);
@@ -429,9 +409,9 @@ FX_TEST(kv_state_save_checks_its_arguments) {
     snprintf(missing, sizeof missing, "%s/no/such/dir/x.state", fx_test_tmpdir());
     assert_int_equal(fx_context_state_save(ctx, P1, 8, missing, &err), FX_ERR_IO);
     /* An empty state is a valid state. */
-    CHECK(fx_context_state_save(ctx, NULL, 0, path, &e_));
+    FX_TEST_OK(fx_context_state_save(ctx, NULL, 0, path, &e_));
     int32_t n_loaded = -1;
-    CHECK(fx_context_state_load(ctx, path, P1, 8, &n_loaded, &e_));
+    FX_TEST_OK(fx_context_state_load(ctx, path, P1, 8, &n_loaded, &e_));
     assert_int_equal(n_loaded, 0);
     /* No temporary file is left behind by the saves of this process. */
     DIR *d = opendir(fx_test_tmpdir());
@@ -468,13 +448,13 @@ FX_TEST(kv_state_pool_round_trip) {
     snprintf(path, sizeof path, "%s", fx_test_tmpfile("pool.state"));
     snprintf(path2, sizeof path2, "%s", fx_test_tmpfile("pool2.state"));
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         for (size_t k = 0; k < N_KV_TYPES; k++) {
             const enum fx_type *kv = KV_TYPES[k];
             /* Contiguous: the prompt (saved), then greedy steps. */
             struct fx_context *cc = context(m, 64, kv, false);
-            CHECK(fx_forward_batch_last(cc, P1, 16, 0, a, &e_));
-            CHECK(fx_context_state_save(cc, P1, 16, path, &e_));
+            FX_TEST_OK(fx_forward_batch_last(cc, P1, 16, 0, a, &e_));
+            FX_TEST_OK(fx_context_state_save(cc, P1, 16, path, &e_));
             greedy(cc, 16, STEPS, a);
 
             /* Paged: the file into a pool whose block size does not divide it, then the same
@@ -482,29 +462,29 @@ FX_TEST(kv_state_pool_round_trip) {
             struct fx_context *pc = context(m, 64, kv, true);
             struct fx_kv_pool *pl = pool(m, 8, 5, kv);
             fx_seq_id s = -1;
-            CHECK(fx_kv_seq_load(pl, m, path, &s, &e_));
+            FX_TEST_OK(fx_kv_seq_load(pl, m, path, &s, &e_));
             assert_int_equal(fx_kv_seq_len(pl, s), 16);
             assert_memory_equal(fx_kv_seq_tokens(pl, s), P1, sizeof P1);
             memcpy(b, a, NV * sizeof(float));
             for (int i = 0; i < STEPS; i++)
-                CHECK(fx_forward_token_paged(pc, pl, s, argmax(b + (size_t)i * NV), 16 + i,
-                                             b + (size_t)(i + 1) * NV, &e_));
+                FX_TEST_OK(fx_forward_token_paged(pc, pl, s, argmax(b + (size_t)i * NV), 16 + i,
+                                                  b + (size_t)(i + 1) * NV, &e_));
             for (int i = 1; i <= STEPS; i++)
                 if (memcmp(a + (size_t)i * NV, b + (size_t)i * NV, NV * sizeof(float)) != 0)
                     fail_msg("%s, KV %s/%s, step %d: paged logits after loading differ", files[f],
                              fx_type_name(kv[0]), fx_type_name(kv[1]), i);
 
             /* And back: the pool's sequence (prompt and steps) into a fresh context. */
-            CHECK(fx_kv_seq_save(pl, s, m, path2, &e_));
+            FX_TEST_OK(fx_kv_seq_save(pl, s, m, path2, &e_));
             fx_token all[16 + STEPS + 1];
             memcpy(all, fx_kv_seq_tokens(pl, s), (16 + STEPS) * sizeof(fx_token));
             all[16 + STEPS] = argmax(a + (size_t)STEPS * NV);
             struct fx_context *back = context(m, 64, kv, false);
             int32_t n_loaded;
-            CHECK(fx_context_state_load(back, path2, all, 16 + STEPS + 1, &n_loaded, &e_));
+            FX_TEST_OK(fx_context_state_load(back, path2, all, 16 + STEPS + 1, &n_loaded, &e_));
             assert_int_equal(n_loaded, 16 + STEPS);
-            CHECK(fx_forward_token(back, all[16 + STEPS], 16 + STEPS, c, &e_));
-            CHECK(fx_forward_token(cc, all[16 + STEPS], 16 + STEPS, d, &e_));
+            FX_TEST_OK(fx_forward_token(back, all[16 + STEPS], 16 + STEPS, c, &e_));
+            FX_TEST_OK(fx_forward_token(cc, all[16 + STEPS], 16 + STEPS, d, &e_));
             assert_memory_equal(c, d, sizeof c);
             fx_context_free(back);
 
@@ -529,8 +509,8 @@ FX_TEST(kv_state_pool_round_trip) {
 }
 
 FX_TEST(kv_state_pool_refuses_foreign_files) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
-    struct fx_model *q = load("models/qwen3-tiny.Q8_0.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
+    struct fx_model *q = fx_test_load_model("models/qwen3-tiny.Q8_0.gguf");
     char path[4096];
     snprintf(path, sizeof path, "%s", fx_test_tmpfile("pool-foreign.state"));
     save_p1("models/llama-tiny.F32.gguf", F32_KV, 64, path);

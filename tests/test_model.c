@@ -2,21 +2,13 @@
  * errors for files that are wrong. Expected values come from the fixtures' README and
  * manifest (dims per model, which layers slide, which rope base each layer uses). */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "gguf_copy.h"
 #include "model/model.h"
-
-static struct fx_model *load(const char *rel) {
-    const char *path = fx_test_fixture(rel);
-    struct fx_model *m = NULL;
-    struct fx_error err;
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("loading %s: %s", path, err.msg);
-    return m;
-}
 
 static void check_dims(const struct fx_model *m, const char *arch, int n_embd, int n_layer,
                        int n_head, int n_head_kv, int n_ff) {
@@ -35,7 +27,7 @@ static void check_dims(const struct fx_model *m, const char *arch, int n_embd, i
 }
 
 FX_TEST(model_loads_llama_family) {
-    struct fx_model *m = load("models/llama-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     check_dims(m, "llama", 256, 2, 4, 2, 256);
     assert_false(m->tied_output);
     assert_int_equal(m->hp.rope.kind, FX_ROPE_NORMAL);
@@ -46,7 +38,7 @@ FX_TEST(model_loads_llama_family) {
     assert_true(m->layers[1].rope_base == 10000.0f);
     fx_model_free(m);
 
-    m = load("models/llama-tiny-tied.Q8_0.gguf");
+    m = fx_test_load_model("models/llama-tiny-tied.Q8_0.gguf");
     check_dims(m, "llama", 128, 2, 2, 1, 128);
     assert_true(m->tied_output);
     assert_ptr_equal(m->output.data, m->tok_embd.data);
@@ -55,7 +47,7 @@ FX_TEST(model_loads_llama_family) {
 }
 
 FX_TEST(model_loads_qwen_family) {
-    struct fx_model *m = load("models/qwen2-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/qwen2-tiny.F32.gguf");
     check_dims(m, "qwen2", 128, 2, 2, 1, 128);
     assert_int_equal(m->hp.rope.kind, FX_ROPE_NEOX);
     assert_non_null(m->layers[1].bq);
@@ -64,7 +56,7 @@ FX_TEST(model_loads_qwen_family) {
     assert_true(m->hp.rope.freq_base == 1e6f);
     fx_model_free(m);
 
-    m = load("models/qwen3-tiny.Q4_K_M.gguf");
+    m = fx_test_load_model("models/qwen3-tiny.Q4_K_M.gguf");
     check_dims(m, "qwen3", 256, 2, 4, 2, 256);
     assert_true(m->tied_output);
     assert_non_null(m->layers[0].q_norm);
@@ -73,7 +65,7 @@ FX_TEST(model_loads_qwen_family) {
     assert_int_equal(m->layers[0].ffn_down.type, FX_TYPE_Q4_K);
     fx_model_free(m);
 
-    m = load("models/qwen3moe-tiny.Q8_0.gguf");
+    m = fx_test_load_model("models/qwen3moe-tiny.Q8_0.gguf");
     check_dims(m, "qwen3moe", 128, 2, 4, 2, 0);
     assert_int_equal(m->hp.n_expert, 4);
     assert_int_equal(m->hp.n_expert_used, 2);
@@ -88,7 +80,7 @@ FX_TEST(model_loads_qwen_family) {
 }
 
 FX_TEST(model_loads_gemma_family) {
-    struct fx_model *m = load("models/gemma2-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("models/gemma2-tiny.F32.gguf");
     check_dims(m, "gemma2", 128, 2, 4, 2, 128);
     assert_true(m->tied_output);
     assert_true(fabsf(m->hp.embd_scale - sqrtf(128.0f)) == 0.0f);
@@ -102,7 +94,7 @@ FX_TEST(model_loads_gemma_family) {
     assert_int_equal(m->hp.act, FX_FFN_GELU);
     fx_model_free(m);
 
-    m = load("models/gemma3-tiny.Q8_0.gguf");
+    m = fx_test_load_model("models/gemma3-tiny.Q8_0.gguf");
     check_dims(m, "gemma3", 128, 6, 4, 2, 128);
     assert_true(m->hp.attn_softcap == 0.0f);
     assert_true(m->hp.final_softcap == 0.0f);
@@ -117,7 +109,7 @@ FX_TEST(model_loads_gemma_family) {
 }
 
 FX_TEST(model_loads_gptoss) {
-    struct fx_model *m = load("models/gptoss-tiny.MXFP4_MOE.gguf");
+    struct fx_model *m = fx_test_load_model("models/gptoss-tiny.MXFP4_MOE.gguf");
     check_dims(m, "gpt-oss", 128, 2, 4, 2, 128);
     assert_false(m->tied_output);
     assert_true(m->layers[0].swa);

@@ -179,9 +179,7 @@ FX_TEST(qwen35_golden_moe_f32) {
 FX_TEST(qwen35_sequence_rules) {
     struct fx_model *m;
     struct fx_error err;
-    const char *path = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("qwen35/models/qwen35-tiny.F32.gguf");
     struct fx_context *ctx = fx_test_f32_context(m, 256, 512),
                       *ref = fx_test_f32_context(m, 256, 512);
     fx_token toks[6] = {1, 403, 407, 261, 378, 432};
@@ -212,9 +210,7 @@ FX_TEST(qwen35_sequence_rules) {
 FX_TEST(qwen35_long_sequence_paths_agree) {
     struct fx_model *m;
     struct fx_error err;
-    const char *path = fx_test_fixture("qwen35/models/qwen35moe-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("qwen35/models/qwen35moe-tiny.F32.gguf");
     enum { N = 150, NV = 512 };
     fx_token toks[N];
     struct fx_test_rng rng = {1604};

@@ -2,20 +2,12 @@
  * description the decoder reads, with the hyper-parameters and layer kinds the README lists,
  * and malformed copies of them are refused with a message naming what is wrong. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <string.h>
 
 #include "gguf_copy.h"
 #include "model/model.h"
-
-static struct fx_model *load(const char *rel) {
-    const char *path = fx_test_fixture(rel);
-    struct fx_model *m = NULL;
-    struct fx_error err;
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("loading %s: %s", path, err.msg);
-    return m;
-}
 
 /* What both fixture architectures share (README "Hyperparameters"). */
 static void check_hybrid(const struct fx_model *m, const char *arch) {
@@ -74,14 +66,14 @@ static void check_hybrid(const struct fx_model *m, const char *arch) {
 }
 
 FX_TEST(qwen35_model_loads_dense) {
-    struct fx_model *m = load("qwen35/models/qwen35-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("qwen35/models/qwen35-tiny.F32.gguf");
     check_hybrid(m, "qwen35");
     assert_int_equal(m->hp.n_ff, 256);
     assert_int_equal(m->hp.n_expert, 0);
     assert_int_equal(m->layers[0].ssm_beta.type, FX_TYPE_F32);
     fx_model_free(m);
 
-    m = load("qwen35/models/qwen35-tiny.Q8_0.gguf");
+    m = fx_test_load_model("qwen35/models/qwen35-tiny.Q8_0.gguf");
     check_hybrid(m, "qwen35");
     assert_int_equal(m->layers[0].ssm_qkv.type, FX_TYPE_Q8_0);
     assert_int_equal(m->layers[0].ssm_beta.type, FX_TYPE_Q8_0);
@@ -89,7 +81,7 @@ FX_TEST(qwen35_model_loads_dense) {
 }
 
 FX_TEST(qwen35_model_loads_moe) {
-    struct fx_model *m = load("qwen35/models/qwen35moe-tiny.F32.gguf");
+    struct fx_model *m = fx_test_load_model("qwen35/models/qwen35moe-tiny.F32.gguf");
     check_hybrid(m, "qwen35moe");
     assert_int_equal(m->hp.n_expert, 4);
     assert_int_equal(m->hp.n_expert_used, 2);

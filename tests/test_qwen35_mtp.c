@@ -112,9 +112,7 @@ FX_TEST(qwen35_mtp_golden_moe_f32) {
 FX_TEST(qwen35_mtp_refusals) {
     struct fx_model *m;
     struct fx_error err;
-    const char *path = fx_test_fixture("models/qwen3-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("models/qwen3-tiny.F32.gguf");
     struct fx_context *ctx;
     assert_int_equal(fx_context_create(m, NULL, &ctx, &err), FX_OK);
     fx_token t = 1;
@@ -124,9 +122,7 @@ FX_TEST(qwen35_mtp_refusals) {
     fx_context_free(ctx);
     fx_model_free(m);
 
-    path = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("qwen35/models/qwen35-tiny.F32.gguf");
     assert_int_equal(fx_context_create(m, NULL, &ctx, &err), FX_OK);
     assert_int_equal(fx_forward_mtp(ctx, &t, h, 1, 1, out, NULL, &err), FX_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "MTP position 1 is not in 0..0"));

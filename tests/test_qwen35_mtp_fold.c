@@ -147,9 +147,7 @@ FX_TEST(qwen35_mtp_folded_moe_f32) {
 FX_TEST(qwen35_mtp_folded_refusals) {
     struct fx_model *m;
     struct fx_error err;
-    const char *path = fx_test_fixture("models/qwen3-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("models/qwen3-tiny.F32.gguf");
     struct fx_context *ctx = fx_test_f32_context(m, 256, 0);
     fx_token t[2] = {1, 403}, am[2];
     static float logits[2 * 1024], hidden[2 * 1024], ml[2 * 1024];
@@ -161,9 +159,7 @@ FX_TEST(qwen35_mtp_folded_refusals) {
     fx_context_free(ctx);
     fx_model_free(m);
 
-    path = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
+    m = fx_test_load_model("qwen35/models/qwen35-tiny.F32.gguf");
     ctx = fx_test_f32_context(m, 256, 0);
     assert_int_equal(fx_forward_verify_mtp(ctx, t, 2, 0, &out, &err), FX_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "needs the MTP cache to hold position 0"));

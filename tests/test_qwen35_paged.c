@@ -17,12 +17,7 @@
 enum { NV = 512 };
 
 static struct fx_model *load(void) {
-    struct fx_model *m;
-    struct fx_error err;
-    const char *path = fx_test_fixture("qwen35/models/qwen35moe-tiny.F32.gguf");
-    if (fx_model_load(path, NULL, &m, &err) != FX_OK)
-        fail_msg("%s: %s", path, err.msg);
-    return m;
+    return fx_test_load_model("qwen35/models/qwen35moe-tiny.F32.gguf");
 }
 
 static struct fx_kv_pool *make_pool(const struct fx_model *m) {
