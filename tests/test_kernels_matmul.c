@@ -216,32 +216,39 @@ FX_TEST(kernels_matmul_wide_tiles_partial_pairs_and_chunks) {
 }
 
 /* The SIMD tables run the same float sequence for the quantized formats (r16.h), so where both
- * exist they agree bit for bit: a quantized model gives the same numbers on AVX2 and AVX-512. */
+ * exist they agree bit for bit: a quantized model gives the same numbers on AVX2 and AVX-512.
+ * Activation rows 1, 2, 4 and 8 are one tile of each width; 7 is tiles of 4, 2 and 1; 9 and 23
+ * are wide tiles (two panels, the second partial at 21 weight rows) and the rest in tiles. */
 FX_TEST(kernels_simd_tables_agree_on_quantized_formats) {
     const struct fx_kernels *avx2 = fx_kernels_named("avx2"), *avx512 = fx_kernels_named("avx512");
     if (!avx2 || !avx512)
         skip();
+    static const int64_t act_rows[] = {1, 2, 4, 7, 8, 9, 23};
     struct fx_test_rng rng = {37};
-    const int64_t n_rows = 21, n_act = 9;
+    const int64_t n_rows = 21, max_act = 23;
     for (size_t ti = 0; ti < N_WEIGHT_TYPES; ti++) {
         enum fx_type wt = weight_types[ti];
         if (fx_type_block_elems(wt) == 1)
             continue; /* float formats: 8 against 16 lanes */
         int64_t n = row_len(wt, 1);
         struct fx_mat w = random_mat(wt, n, n_rows, &rng);
-        float *x = malloc((size_t)(n * n_act) * sizeof *x);
-        float *o2 = malloc((size_t)((n_rows + 3) * n_act) * sizeof *o2);
-        float *o5 = malloc((size_t)((n_rows + 3) * n_act) * sizeof *o5);
+        float *x = malloc((size_t)(n * max_act) * sizeof *x);
+        float *o2 = malloc((size_t)((n_rows + 3) * max_act) * sizeof *o2);
+        float *o5 = malloc((size_t)((n_rows + 3) * max_act) * sizeof *o5);
         assert_non_null(x);
         assert_non_null(o2);
         assert_non_null(o5);
-        kref_normal(x, n * n_act, &rng);
+        kref_normal(x, n * max_act, &rng);
         uint64_t stride;
-        uint8_t *act = make_acts(avx2, avx2->types[wt].vec_dot_type, x, n, n_act, &stride);
-        run_matmul(avx2, &w, act, stride, n_act, o2, 2, NULL);
-        run_matmul(avx512, &w, act, stride, n_act, o5, 1, NULL);
-        if (memcmp(o2, o5, (size_t)((n_rows + 3) * n_act) * sizeof *o2) != 0)
-            fail_msg("%s: avx2 and avx512 differ", fx_type_name(wt));
+        uint8_t *act = make_acts(avx2, avx2->types[wt].vec_dot_type, x, n, max_act, &stride);
+        for (size_t i = 0; i < sizeof act_rows / sizeof act_rows[0]; i++) {
+            int64_t n_act = act_rows[i];
+            run_matmul(avx2, &w, act, stride, n_act, o2, 2, NULL);
+            run_matmul(avx512, &w, act, stride, n_act, o5, 1, NULL);
+            if (memcmp(o2, o5, (size_t)((n_rows + 3) * n_act) * sizeof *o2) != 0)
+                fail_msg("%s, %lld activation rows: avx2 and avx512 differ", fx_type_name(wt),
+                         (long long)n_act);
+        }
         kref_free(act);
         kref_free((void *)w.data);
         free(x);

@@ -3,11 +3,13 @@
  *
  * Per super-block of 256 and activation row: for each sub-block (8 of 32 elements, or 16 of
  * 16), vpdpbusd sums unsigned codes times activation codes exactly per weight row (lane); the
- * sum times the sub-block's scale joins the super-block's integer sum (vpmulld). The second
- * integer sum, of the minimums (Q2_K, Q4_K, Q5_K) or of the codes' bias (Q3_K's 4, Q6_K's 32,
- * IQ4_XS's 128: its levels -127..113 enter vpdpbusd as 1..241) times the activation's sums of
- * 16, is one vpdpwssd per pair of 16-sums. Then the f32 accumulators take the fixed sequence of
- * r16.h. */
+ * sum times the sub-block's scale joins the super-block's integer sum (vpmulld). The codes'
+ * bias (Q3_K's 4, Q6_K's 32, IQ4_XS's 128: its levels -127..113 enter vpdpbusd as 1..241) is
+ * removed inside each sub-block's sum, which starts at -bias times the activation's sum over
+ * the sub-block instead of 0: no multiply-add of its own. The second integer sum of Q2_K, Q4_K
+ * and Q5_K, of the minimums times the activation's sums per sub-block, is one vpdpwssd per pair
+ * of sub-blocks (Q4_K and Q5_K: sums of 32, made from the Q8_K sums of 16 once per activation
+ * row). Then the f32 accumulators take the fixed sequence of r16.h. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx512.h"
@@ -39,26 +41,52 @@ FX_INLINE __m512i k_scale(enum fx_type type, const uint8_t *p, int s) {
     }
 }
 
-/* The int16 pairs that multiply the activation's sums of 16 (bsums[2t], bsums[2t+1]): the
- * minimums (m_t, m_t) of Q4_K/Q5_K, (m_2t, m_2t+1) of Q2_K, the scales (sc_2t, sc_2t+1) of
- * Q3_K and Q6_K, (sc_t, sc_t) of IQ4_XS. */
-FX_INLINE __m512i k_pairs(enum fx_type type, const uint8_t *p, int t) {
-    switch (type) {
-    case FX_TYPE_Q2_K:
+/* The int16 pairs of minimums (m_2t, m_2t+1) that multiply the activation's sums of sub-blocks
+ * 2t and 2t+1 (Q2_K: sub-blocks of 16; Q4_K, Q5_K: of 32, their minimums 0..63). */
+FX_INLINE __m512i k_min_pairs(enum fx_type type, const uint8_t *p, int t) {
+    if (type == FX_TYPE_Q2_K)
         return _mm512_srli_epi16(
             _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(p + 64 + 32 * t))), 4);
-    case FX_TYPE_Q4_K:
-    case FX_TYPE_Q5_K: {
-        __m512i m = _mm512_cvtepu8_epi32(load128(p + 192 + 16 * t));
-        return _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    return pair_i8(p + 192 + 32 * t, p + 192 + 32 * t + 16);
+}
+
+/* The codes' bias of the formats without minimums, as a shift: Q3_K 4, Q6_K 32,
+ * IQ4_XS 128. */
+FX_INLINE int k_bias_shift(enum fx_type type) {
+    return type == FX_TYPE_Q3_K ? 2 : type == FX_TYPE_Q6_K ? 5 : 7;
+}
+
+/* What a tile's second integer sum needs of its activation rows' super-block, per row j: the
+ * formats with minimums, the activation's sums per sub-block as int16 (dword t of sums[j]
+ * holds the pair 2t, 2t+1); the others, where each sub-block's sum starts from -bias times the
+ * activation's sum over it instead of 0, those starts as int32. */
+struct k_act {
+    _Alignas(64) int32_t start[FX_R16_MAX_ACT][16];
+    _Alignas(32) int16_t sums[FX_R16_MAX_ACT][16];
+};
+
+/* Row j's entries of struct k_act from its Q8_K block at a. Sums of 32 are exact in int16
+ * (|sum| <= 32 * 127). */
+FX_INLINE void k_act_fill(enum fx_type type, const uint8_t *a, struct k_act *ka, int j) {
+    __m256i b = _mm256_loadu_si256((const __m256i *)(a + FX_Q8K_BSUMS));
+    __m256i b32 = _mm256_madd_epi16(b, _mm256_set1_epi16(1)); /* sums of 32, as int32 */
+    if (fx_r16_k_has_min(type)) {
+        if (fx_r16_k_subs(type) == 8)
+            b = _mm256_zextsi128_si256(
+                _mm_packs_epi32(_mm256_castsi256_si128(b32), _mm256_extracti128_si256(b32, 1)));
+        _mm256_store_si256((__m256i *)ka->sums[j], b);
+        return;
     }
-    case FX_TYPE_IQ4_XS: { /* signed scales: each int16 zero-extended, then doubled up */
-        __m512i sc = _mm512_cvtepu16_epi32(_mm256_cvtepi8_epi16(load128(p + 32 + 16 * t)));
-        return _mm512_or_si512(sc, _mm512_slli_epi32(sc, 16));
-    }
-    default:
-        return pair_i8(p + 32 + 32 * t, p + 32 + 32 * t + 16);
-    }
+    __m512i s = fx_r16_k_subs(type) == 16 ? _mm512_cvtepi16_epi32(b) : _mm512_zextsi256_si512(b32);
+    _mm512_store_si512(ka->start[j], _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                      _mm512_slli_epi32(s, k_bias_shift(type))));
+}
+
+/* The starting value of sub-block s's integer sum for activation row j. */
+FX_INLINE __m512i k_sub_start(enum fx_type type, const struct k_act *ka, int j, int s) {
+    if (fx_r16_k_has_min(type))
+        return _mm512_setzero_si512();
+    return bcast4((const uint8_t *)&ka->start[j][s]);
 }
 
 /* Q6_K: the 6-bit codes of quarter qt (0..3) from the low-nibble and high-bit registers. */
@@ -120,18 +148,12 @@ FX_INLINE __m512i k_codes(enum fx_type type, const uint8_t *p, int s, int gg) {
     }
 }
 
-/* The codes' bias of the formats whose second sum removes it, as a shift: Q3_K 4, Q6_K 32,
- * IQ4_XS 128. */
-FX_INLINE int k_bias_shift(enum fx_type type) {
-    return type == FX_TYPE_Q3_K ? 2 : type == FX_TYPE_Q6_K ? 5 : 7;
-}
-
 /* Q6_K's first integer sum for narrow tiles (1 or 2 activation rows), in sumi: the three
  * registers of low nibbles and high bits of a group give the codes of all four quarters at
  * once, so they are loaded and shifted once (the general order decodes one quarter per load);
  * four partial sums per row, one per quarter, meet their scales at each sub-block's end. */
 FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint8_t *p,
-                              const uint8_t *a, __m512i *sumi) {
+                              const uint8_t *a, const struct k_act *ka, __m512i *sumi) {
     for (int h = 0; h < 2; h++) {
         __m512i part[4][2];
 #pragma GCC unroll 16
@@ -141,7 +163,7 @@ FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint
                 for (int qt = 0; qt < 4; qt++)
 #pragma GCC unroll 16
                     for (int j = 0; j < width; j++)
-                        part[qt][j] = _mm512_setzero_si512();
+                        part[qt][j] = k_sub_start(FX_TYPE_Q6_K, ka, j, 8 * h + 2 * qt + g / 4);
             __m512i ql_a = load512(p + 288 + 64 * (8 * (2 * h) + g));
             __m512i ql_b = load512(p + 288 + 64 * (8 * (2 * h + 1) + g));
             __m512i qh = load512(p + 2336 + 64 * (8 * h + g));
@@ -171,7 +193,7 @@ FX_INLINE void q6_narrow_sumi(int width, const struct fx_r16_tile *t, const uint
  * integer sum of panel p's codes times activation row j's codes. Each broadcast of an activation
  * dword feeds the np panels' vpdpbusd. */
 FX_INLINE void k_subblock(enum fx_type type, int np, int width, const struct fx_r16_tile *t,
-                          const uint8_t *const *w, const uint8_t *a, int s,
+                          const uint8_t *const *w, const uint8_t *a, const struct k_act *ka, int s,
                           __m512i sumi[2][FX_R16_MAX_ACT]) {
     const int sub_len = 256 / fx_r16_k_subs(type), groups = sub_len / 4;
     /* Few sums: a second partial sum halves the chains of dependent vpdpbusd. */
@@ -181,7 +203,7 @@ FX_INLINE void k_subblock(enum fx_type type, int np, int width, const struct fx_
     for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
         for (int j = 0; j < width; j++) {
-            isum[p][j] = _mm512_setzero_si512();
+            isum[p][j] = k_sub_start(type, ka, j, s);
             odd[p][j] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 16
@@ -222,6 +244,7 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
     /* The f32 accumulators change once per super-block: they wait in memory, leaving the
      * registers to the integer sums. */
     _Alignas(64) float f[2][FX_R16_MAX_ACT][16];
+    struct k_act ka;
 #pragma GCC unroll 2
     for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
@@ -232,6 +255,9 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
         const uint8_t *a = t->act + (uint64_t)b * FX_Q8K_BYTES;
         if (np == 1 && width <= 2)
             prefetch_block(w[0], pbytes, 2);
+#pragma GCC unroll 16
+        for (int j = 0; j < width; j++)
+            k_act_fill(type, a + (uint64_t)j * t->act_stride, &ka, j);
         __m512i sumi[2][FX_R16_MAX_ACT];
 #pragma GCC unroll 2
         for (int p = 0; p < np; p++)
@@ -239,48 +265,46 @@ FX_INLINE void k_tile(enum fx_type type, int np, int width, const struct fx_r16_
             for (int j = 0; j < width; j++)
                 sumi[p][j] = _mm512_setzero_si512();
         if (type == FX_TYPE_Q6_K && np == 1 && width <= 2)
-            q6_narrow_sumi(width, t, w[0], a, sumi[0]);
+            q6_narrow_sumi(width, t, w[0], a, &ka, sumi[0]);
         else if (np * width <= 2)
 #pragma GCC unroll 16
             for (int s = 0; s < subs; s++)
-                k_subblock(type, np, width, t, w, a, s, sumi);
+                k_subblock(type, np, width, t, w, a, &ka, s, sumi);
         else /* not unrolled: GCC would defer every sub-block's vpmulld and spill the sums */
             for (int s = 0; s < subs; s++)
-                k_subblock(type, np, width, t, w, a, s, sumi);
-        /* The second sum, over the activation's 16 sums of 16, in isum. */
-        __m512i isum[2][FX_R16_MAX_ACT];
+                k_subblock(type, np, width, t, w, a, &ka, s, sumi);
+        /* The second sum, of the minimums times the activation's sums per sub-block, in summ. */
+        __m512i summ[2][FX_R16_MAX_ACT];
 #pragma GCC unroll 2
         for (int p = 0; p < np; p++)
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++)
-                isum[p][j] = _mm512_setzero_si512();
+                summ[p][j] = _mm512_setzero_si512();
+        if (fx_r16_k_has_min(type))
 #pragma GCC unroll 16
-        for (int pt = 0; pt < 8; pt++) {
-            __m512i pairs[2];
-#pragma GCC unroll 2
-            for (int p = 0; p < np; p++)
-                pairs[p] = k_pairs(type, w[p], pt);
-#pragma GCC unroll 16
-            for (int j = 0; j < width; j++) {
-                __m512i x = bcast4(a + (uint64_t)j * t->act_stride + FX_Q8K_BSUMS + 4 * pt);
+            for (int pt = 0; pt < subs / 2; pt++) {
+                __m512i pairs[2];
 #pragma GCC unroll 2
                 for (int p = 0; p < np; p++)
-                    isum[p][j] = _mm512_dpwssd_epi32(isum[p][j], pairs[p], x);
+                    pairs[p] = k_min_pairs(type, w[p], pt);
+#pragma GCC unroll 16
+                for (int j = 0; j < width; j++) {
+                    __m512i x = bcast4((const uint8_t *)&ka.sums[j][2 * pt]);
+#pragma GCC unroll 2
+                    for (int p = 0; p < np; p++)
+                        summ[p][j] = _mm512_dpwssd_epi32(summ[p][j], pairs[p], x);
+                }
             }
-        }
 #pragma GCC unroll 2
         for (int p = 0; p < np; p++) {
             __m512 d = fp16x16(w[p]);
 #pragma GCC unroll 16
             for (int j = 0; j < width; j++) {
                 __m512 da = _mm512_set1_ps(load_f32(a + (uint64_t)j * t->act_stride));
-                if (!fx_r16_k_has_min(type)) /* minus bias times the scaled sums */
-                    sumi[p][j] = _mm512_sub_epi32(
-                        sumi[p][j], _mm512_slli_epi32(isum[p][j], k_bias_shift(type)));
                 __m512 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[p][j]), _mm512_mul_ps(d, da),
                                              _mm512_load_ps(f[p][j]));
                 if (fx_r16_k_has_min(type))
-                    acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(isum[p][j]),
+                    acc = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[p][j]),
                                            _mm512_mul_ps(fp16x16(w[p] + 32), da), acc);
                 _mm512_store_ps(f[p][j], acc);
             }
