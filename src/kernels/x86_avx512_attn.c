@@ -321,6 +321,12 @@ FORCE_INLINE __m512 kt16(const void *kt, int64_t dim, int64_t i, int b, __m512 d
     return _mm512_mul_ps(q, dv);
 }
 
+/* The q8_0 scales of block b's 16 keys (x86_avx512_attn.h) for elements i0 .. i0 + 31. */
+FORCE_INLINE __m512 kt_scales16(const void *kt, int64_t dim, int b, int64_t i0) {
+    const int8_t *blk = (const int8_t *)kt + b * fx_avx512_kt_q8_block(dim);
+    return _mm512_load_ps((const float *)(blk + dim * 16) + i0 / FX_QK * 16);
+}
+
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
  * keys (kt's blocks from the first, in form F): NB x QG chains of fused multiply-adds over the
  * elements in order. s: rows of FX_ATTN_RUN floats. */
@@ -337,12 +343,7 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const vo
         __m512 dv[4];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
-            dv[b] =
-                F == FX_KT_Q8
-                    ? _mm512_load_ps((const float *)((const int8_t *)kt +
-                                                     b * fx_avx512_kt_q8_block(dim) + dim * 16) +
-                                     i0 / FX_QK * 16)
-                    : _mm512_setzero_ps();
+            dv[b] = F == FX_KT_Q8 ? kt_scales16(kt, dim, b, i0) : _mm512_setzero_ps();
         for (int64_t i = i0; i < i0 + FX_QK; i++) {
             __m512 k[4];
 #pragma GCC unroll 4
