@@ -11,12 +11,12 @@
  *
  * Key lanes (at most 8 queries: decode, where a KV head's 2-8 query heads would fill a quarter
  * of a vector of query lanes and each key would cost a full vector of work per element): the
- * run's keys are transposed 16 at a time from the cache rows into st->kt ([dim][64]: element i
- * of 16 keys in one vector; x86_avx512_attn_kt.c), and each query's scores for 16 keys are
- * bcast(q[i]) * kt[i][16 keys] summed over i in order, the same chain of fused multiply-adds as in
- * query lanes. Softmax and the weight sums work on 16 keys a vector: the partial of key j mod 16 is
- * lane j mod 16, added over the run's vectors in key order and then pairwise by shuffles, the
- * contract's order again.
+ * run's keys are transposed 16 at a time from the cache rows into st->kt (element i of 16 keys
+ * in one vector, as f32, halves or q8_0 codes: x86_avx512_attn.h, x86_avx512_attn_kt.c), and each
+ * query's scores for 16 keys are bcast(q[i]) * kt[i][16 keys] summed over i in order, the same
+ * chain of fused multiply-adds as in query lanes. Softmax and the weight sums work on 16 keys a
+ * vector: the partial of key j mod 16 is lane j mod 16, added over the run's vectors in key order
+ * and then pairwise by shuffles, the contract's order again.
  *
  * In both, a key a query does not see scores -inf, so its weight is +0, and adding +0 changes
  * no sum: a query's bits depend on its own keys and runs only. Values: each output's
@@ -138,23 +138,30 @@ static scores_fn scores_for(int64_t dim, int qr, bool block) {
     return fns[dim == 64 ? 0 : dim == 128 ? 1 : 2][qr - 1][block];
 }
 
-/* Elements e .. e + 15 of a value row of type T as f32, as kv_load widens them (exact). */
-FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, const enum fx_type T) {
+/* The scale of the q8_0 block that holds element e of a row, in every lane. */
+FORCE_INLINE __m512 q8_0_scale16(const uint8_t *row, int64_t e) {
+    uint16_t d;
+    memcpy(&d, row + e / FX_QK * sizeof(struct fx_block_q8_0), 2);
+    return _mm512_set1_ps(_cvtsh_ss(d));
+}
+
+/* Elements e .. e + 15 of a value row of type T as f32, as kv_load widens them (exact); q8_0:
+ * d16 is the scale of their block (q8_0_scale16). */
+FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, __m512 d16, const enum fx_type T) {
     if (T == FX_TYPE_F32)
         return _mm512_loadu_ps((const float *)row + e);
     if (T == FX_TYPE_F16)
         return fp16x16(row + 2 * e);
     const uint8_t *b = row + e / FX_QK * sizeof(struct fx_block_q8_0);
-    uint16_t d;
-    memcpy(&d, b, 2);
     __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(b + 2 + e % FX_QK)));
-    return _mm512_mul_ps(q, _mm512_set1_ps(_cvtsh_ss(d)));
+    return _mm512_mul_ps(q, d16);
 }
 
-/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats from element e0 for NQ
- * outputs (rows of dim floats at acc; v_j row j of the run `values`, of type T), keys j0 .. j1
- * in order (weight p[j][o] at p + j * pj + o * po: query lanes [j][n_pad], key lanes [o][64]).
- * Converting in registers as the rows stream by costs no tile in between. */
+/* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats from element e0 (a
+ * multiple of 32) for NQ outputs (rows of dim floats at acc; v_j row j of the run `values`, of
+ * type T), keys j0 .. j1 in order (weight p[j][o] at p + j * pj + o * po: query lanes
+ * [j][n_pad], key lanes [o][64]). Converting in registers as the rows stream by costs no tile in
+ * between. */
 FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
                               int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
                               int64_t j1, const int NQ, const int NC, const enum fx_type T) {
@@ -170,9 +177,12 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
         const uint8_t *v = values->grp[j / 16] + (j % 16) * stride;
         for (; j <= end; j++, v += stride) {
             const float *w = p + j * pj;
+            __m512 d16 = _mm512_setzero_ps();
 #pragma GCC unroll 4
             for (int k = 0; k < NC; k++) {
-                __m512 vk = value16(v, e0 + k * 16, T);
+                if (T == FX_TYPE_Q8_0 && k % 2 == 0) /* chunks 2 m and 2 m + 1 share a block */
+                    d16 = q8_0_scale16(v, e0 + k * 16);
+                __m512 vk = value16(v, e0 + k * 16, d16, T);
 #pragma GCC unroll 6
                 for (int o = 0; o < NQ; o++)
                     a[o][k] = _mm512_fmadd_ps(_mm512_set1_ps(w[o * po]), vk, a[o][k]);
@@ -297,35 +307,55 @@ FORCE_INLINE float sum_partials16(__m512 v) {
     return _mm512_cvtss_f32(v);
 }
 
-/* Element i of 16 keys from kt (rows of FX_ATTN_RUN f32, or of f16 when H), widened. */
-FORCE_INLINE __m512 kt16(const void *kt, int64_t at, const bool H) {
-    if (H)
-        return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)((const uint16_t *)kt + at)));
-    return _mm512_load_ps((const float *)kt + at);
+/* Element i of 16 keys of block b from kt (x86_avx512_attn.h's forms), widened as kv_load
+ * widens them; dv: the block's q8_0 scales for element i. */
+FORCE_INLINE __m512 kt16(const void *kt, int64_t dim, int64_t i, int b, __m512 dv,
+                         const enum fx_avx512_kt_form F) {
+    if (F == FX_KT_F32)
+        return _mm512_load_ps((const float *)kt + i * FX_ATTN_RUN + 16 * b);
+    if (F == FX_KT_F16)
+        return _mm512_cvtph_ps(
+            _mm256_load_si256((const __m256i *)((const uint16_t *)kt + i * FX_ATTN_RUN + 16 * b)));
+    const int8_t *codes = (const int8_t *)kt + b * fx_avx512_kt_q8_block(dim) + i * 16;
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)codes)));
+    return _mm512_mul_ps(q, dv);
+}
+
+/* The q8_0 scales of block b's 16 keys (x86_avx512_attn.h) for elements i0 .. i0 + 31. */
+FORCE_INLINE __m512 kt_scales16(const void *kt, int64_t dim, int b, int64_t i0) {
+    const int8_t *blk = (const int8_t *)kt + b * fx_avx512_kt_q8_block(dim);
+    return _mm512_load_ps((const float *)(blk + dim * 16) + i0 / FX_QK * 16);
 }
 
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
- * keys (kt's columns 16 b .., rows of FX_ATTN_RUN f32, or f16 when H): NB x QG chains of fused
- * multiply-adds over the elements in order. s: rows of FX_ATTN_RUN floats. */
+ * keys (kt's blocks from the first, in form F): NB x QG chains of fused multiply-adds over the
+ * elements in order. s: rows of FX_ATTN_RUN floats. */
 FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const void *kt, int64_t dim,
-                              const int QG, const int NB, const bool H) {
+                              const int QG, const int NB, const enum fx_avx512_kt_form F) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
             acc[q][b] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < dim; i++) {
-        __m512 k[4];
+    for (int64_t i0 = 0; i0 < dim; i0 += FX_QK) {
+        /* the q8_0 scales of elements i0 .. i0 + 31 */
+        __m512 dv[4];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
-            k[b] = kt16(kt, i * FX_ATTN_RUN + 16 * b, H);
-#pragma GCC unroll 4
-        for (int q = 0; q < QG; q++) {
-            __m512 qi = _mm512_set1_ps(qt[i * n_pad + q]);
+            dv[b] = F == FX_KT_Q8 ? kt_scales16(kt, dim, b, i0) : _mm512_setzero_ps();
+        for (int64_t i = i0; i < i0 + FX_QK; i++) {
+            __m512 k[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
-                acc[q][b] = _mm512_fmadd_ps(qi, k[b], acc[q][b]);
+                k[b] = kt16(kt, dim, i, b, dv[b], F);
+#pragma GCC unroll 4
+            for (int q = 0; q < QG; q++) {
+                __m512 qi = _mm512_set1_ps(qt[i * n_pad + q]);
+#pragma GCC unroll 4
+                for (int b = 0; b < NB; b++)
+                    acc[q][b] = _mm512_fmadd_ps(qi, k[b], acc[q][b]);
+            }
         }
     }
 #pragma GCC unroll 4
@@ -338,29 +368,31 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const vo
 typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const void *kt,
                                int64_t dim);
 
-#define SCORES_KEYS(NAME, QG, NB, H)                                                               \
+#define SCORES_KEYS(NAME, QG, NB, F)                                                               \
     NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad, const void *kt,   \
                                        int64_t dim) {                                              \
-        scores_keys(s, qt, n_pad, kt, dim, QG, NB, H);                                             \
+        scores_keys(s, qt, n_pad, kt, dim, QG, NB, F);                                             \
     }
-#define SCORES_KEYS_NB(NAME, QG, H)                                                                \
-    SCORES_KEYS(NAME, QG, 1, H)                                                                    \
-    SCORES_KEYS(NAME, QG, 2, H) SCORES_KEYS(NAME, QG, 3, H) SCORES_KEYS(NAME, QG, 4, H)
-#define SCORES_KEYS_QG(NAME, H)                                                                    \
-    SCORES_KEYS_NB(NAME, 1, H)                                                                     \
-    SCORES_KEYS_NB(NAME, 2, H) SCORES_KEYS_NB(NAME, 3, H) SCORES_KEYS_NB(NAME, 4, H)
-SCORES_KEYS_QG(scores_f32, false)
-SCORES_KEYS_QG(scores_f16, true)
+#define SCORES_KEYS_NB(NAME, QG, F)                                                                \
+    SCORES_KEYS(NAME, QG, 1, F)                                                                    \
+    SCORES_KEYS(NAME, QG, 2, F) SCORES_KEYS(NAME, QG, 3, F) SCORES_KEYS(NAME, QG, 4, F)
+#define SCORES_KEYS_QG(NAME, F)                                                                    \
+    SCORES_KEYS_NB(NAME, 1, F)                                                                     \
+    SCORES_KEYS_NB(NAME, 2, F) SCORES_KEYS_NB(NAME, 3, F) SCORES_KEYS_NB(NAME, 4, F)
+SCORES_KEYS_QG(scores_f32, FX_KT_F32)
+SCORES_KEYS_QG(scores_f16, FX_KT_F16)
+SCORES_KEYS_QG(scores_q8_0, FX_KT_Q8)
 #undef SCORES_KEYS_QG
 #undef SCORES_KEYS_NB
 #undef SCORES_KEYS
 
 #define BY_NB(NAME, QG)                                                                            \
     { NAME##_q##QG##_b1, NAME##_q##QG##_b2, NAME##_q##QG##_b3, NAME##_q##QG##_b4 }
-/* [kt of f16][queries - 1][blocks - 1] */
-static const scores_keys_fn scores_keys_by[2][4][4] = {
+/* [kt form][queries - 1][blocks - 1] */
+static const scores_keys_fn scores_keys_by[3][4][4] = {
     {BY_NB(scores_f32, 1), BY_NB(scores_f32, 2), BY_NB(scores_f32, 3), BY_NB(scores_f32, 4)},
-    {BY_NB(scores_f16, 1), BY_NB(scores_f16, 2), BY_NB(scores_f16, 3), BY_NB(scores_f16, 4)}};
+    {BY_NB(scores_f16, 1), BY_NB(scores_f16, 2), BY_NB(scores_f16, 3), BY_NB(scores_f16, 4)},
+    {BY_NB(scores_q8_0, 1), BY_NB(scores_q8_0, 2), BY_NB(scores_q8_0, 3), BY_NB(scores_q8_0, 4)}};
 #undef BY_NB
 
 /* Values for the queries o0 .. end - 1 (one vector of queries, whose softmax covered every key
@@ -394,13 +426,17 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
     /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64). */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
     fx_avx512_attn_keys_t(st->kt, keys, dim, b0, b1, j1);
-    bool halves = keys->type == FX_TYPE_F16;
-    const void *kt = halves ? (const void *)((const uint16_t *)st->kt + 16 * b0)
-                            : (const void *)(st->kt + 16 * b0);
+    enum fx_avx512_kt_form form = keys->type == FX_TYPE_F32   ? FX_KT_F32
+                                  : keys->type == FX_TYPE_F16 ? FX_KT_F16
+                                                              : FX_KT_Q8;
+    const void *kt = form == FX_KT_F32 ? (const void *)(st->kt + 16 * b0)
+                     : form == FX_KT_F16
+                         ? (const void *)((const uint16_t *)st->kt + 16 * b0)
+                         : (const void *)((const int8_t *)st->kt + b0 * fx_avx512_kt_q8_block(dim));
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
-        scores_keys_by[halves][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
-                                                st->n_pad, kt, dim);
+        scores_keys_by[form][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
+                                              st->n_pad, kt, dim);
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];

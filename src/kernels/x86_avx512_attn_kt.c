@@ -1,10 +1,11 @@
-/* A run's keys straight from the cache rows into the key-lane layout of x86_avx512_attn.c:
- * kt[i][16 b + jj] = element i of key 16 b + jj ([dim][FX_ATTN_RUN] floats; halves for f16).
+/* A run's keys straight from the cache rows into the key-lane layout of x86_avx512_attn.c
+ * (x86_avx512_attn.h: element i of 16 keys in key order, as f32, halves, or q8_0 codes and
+ * scales).
  *
  * Transposing before widening moves fewer bytes through the shuffles: 16 keys x 32 elements are
  * 16 registers of f16 or 8 of q8_0 codes, against 32 of f32, and neither needs a row-major f32
  * tile in between. Each transposition ends with element i of 16 keys in key order, widened as
- * kv_load widens (vcvtph2ps, by the scores for f16; (float)q * d, exact), so the scores see the
+ * kv_load widens (vcvtph2ps; (float)q * d, exact; both by the scores), so the scores see the
  * same floats as transposing kv_load's rows would give. */
 #include "kernels/x86_avx512.h"
 
@@ -117,12 +118,17 @@ static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int
 
 /* q8_0 keys, one block of 32 elements at a time: keys m and m + 8 share a register (lanes:
  * elements 0..15 and 16..31 of key m, then of key m + 8); an in-lane 8 x 16 byte transpose
- * leaves two elements of 8 keys per lane, and one permute per register pairs the halves of 16
- * keys (32 shuffles). The codes of element i for 16 keys are then widened and scaled by the 16
- * keys' d. */
-static void block_q8_0(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
-    const __m512i pair = _mm512_setr_epi64(0, 4, 1, 5, 2, 6, 3, 7);
+ * leaves two elements of 8 keys per lane, and one two-source permute per register gathers the
+ * codes of four consecutive elements of 16 keys (32 shuffles), stored as they are: the scores
+ * widen them and multiply by the keys' scales, which go beside them as f32. blk: the block's
+ * codes [dim][16] then scales [dim / FX_QK][16] (fx_avx512_kt_q8_block). */
+static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+    /* the qwords of unpacklo_epi32 (y0) and unpackhi_epi32 (y1) that hold elements 4 t .. 4 t + 3
+     * of the 16 keys, then 16 + 4 t .. 16 + 4 t + 3 */
+    const __m512i first = _mm512_setr_epi64(0, 4, 1, 5, 8, 12, 9, 13);
+    const __m512i second = _mm512_setr_epi64(2, 6, 3, 7, 10, 14, 11, 15);
     const uint64_t bs = sizeof(struct fx_block_q8_0);
+    float *scales = (float *)(blk + dim * 16);
     for (int64_t qb = 0; qb < dim / FX_QK; qb++) {
         uint16_t d[16];
         __m512i x[8];
@@ -156,26 +162,16 @@ static void block_q8_0(float *kt, const struct fx_kv_run *keys, int64_t j, int n
             o[2] = _mm512_unpacklo_epi16(s[1], s[3]); /* 8..11 */
             o[3] = _mm512_unpackhi_epi16(s[1], s[3]); /* 12..15 */
         }
-        /* codes[t][c]: element 2 t + (c & 1) + 16 (c >> 1) of 16 keys */
-        _Alignas(64) int8_t codes[8][4][16];
+        int8_t *codes = blk + qb * FX_QK * 16;
 #pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             __m512i y0 = _mm512_unpacklo_epi32(b[t], b[t + 4]); /* elements 4 t, 4 t + 1 */
             __m512i y1 = _mm512_unpackhi_epi32(b[t], b[t + 4]); /* 4 t + 2, 4 t + 3 */
-            _mm512_store_si512(codes[2 * t], _mm512_permutexvar_epi64(pair, y0));
-            _mm512_store_si512(codes[2 * t + 1], _mm512_permutexvar_epi64(pair, y1));
+            _mm512_store_si512(codes + 4 * t * 16, _mm512_permutex2var_epi64(y0, first, y1));
+            _mm512_store_si512(codes + (16 + 4 * t) * 16,
+                               _mm512_permutex2var_epi64(y0, second, y1));
         }
-        __m512 dv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d));
-        float *k = kt + qb * FX_QK * FX_ATTN_RUN;
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; t++)
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                __m512 q = _mm512_cvtepi32_ps(
-                    _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)codes[t][c])));
-                _mm512_store_ps(k + (2 * t + (c & 1) + 16 * (c >> 1)) * FX_ATTN_RUN,
-                                _mm512_mul_ps(q, dv));
-            }
+        _mm512_store_ps(scales + qb * 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)));
     }
 }
 
@@ -191,7 +187,7 @@ void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, int64_t dim,
             block_f16((uint16_t *)kt + 16 * b, keys, 16 * b, n, dim);
             break;
         case FX_TYPE_Q8_0:
-            block_q8_0(kt + 16 * b, keys, 16 * b, n, dim);
+            block_q8_0((int8_t *)kt + b * fx_avx512_kt_q8_block(dim), keys, 16 * b, n, dim);
             break;
         default:
             FX_ASSERT(!"not a KV cache type");
