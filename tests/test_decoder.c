@@ -112,6 +112,35 @@ FX_TEST(decoder_bit_identical_across_threads_and_chunks) {
     }
 }
 
+/* Decode steps (one row) share each matmul among the workers by weight rows, a split that
+ * depends on the worker count (and on which worker is free first where it is claimed). Whatever
+ * the split, every step's logits are the one-thread steps' bit for bit: odd worker counts, more
+ * workers than some matrices have row units; Q8_0, Q4_K, gemma3 and Gated DeltaNet layers. */
+FX_TEST(decoder_token_steps_bit_identical_across_threads) {
+    static const char *files[] = {"models/qwen3-tiny.Q8_0.gguf", "models/llama-tiny.Q4_K.gguf",
+                                  "models/gemma3-tiny.Q8_0.gguf",
+                                  "qwen35/models/qwen35-tiny.Q8_0.gguf"};
+    static float ref[16 * NV], got[NV];
+    struct fx_error err;
+    const int threads[] = {2, 3, 4, 7};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        struct fx_model *m = load(files[f]);
+        struct fx_context *ctx = context(m, 32, 512, 1);
+        for (int i = 0; i < 16; i++)
+            assert_int_equal(fx_forward_token(ctx, P1[i], i, ref + i * NV, &err), FX_OK);
+        fx_context_free(ctx);
+        for (size_t t = 0; t < sizeof threads / sizeof threads[0]; t++) {
+            ctx = context(m, 32, 512, threads[t]);
+            for (int i = 0; i < 16; i++) {
+                assert_int_equal(fx_forward_token(ctx, P1[i], i, got, &err), FX_OK);
+                assert_memory_equal(got, ref + i * NV, sizeof got);
+            }
+            fx_context_free(ctx);
+        }
+        fx_model_free(m);
+    }
+}
+
 /* ---- failed calls change nothing ----------------------------------------------------------- */
 
 FX_TEST(decoder_rejects_bad_calls_without_changes) {

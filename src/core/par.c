@@ -2,7 +2,8 @@
  *
  * Every wait in the pool is on an event: a 32-bit word that the waiter watches until it differs
  * from the value it last saw. A waiter first spins on the word with a pause instruction for a
- * bounded time, then registers as a sleeper and sleeps on the word with a futex; whoever changes
+ * bounded time (yielding its CPU after the first microseconds, see YIELD_AFTER_NS), then
+ * registers as a sleeper and sleeps on the word with a futex; whoever changes
  * the word issues a futex wake only when someone is registered, so a pool whose workers are all
  * spinning makes no system call at all. Memory ordering comes from the atomics alone (release on
  * every change, acquire on every observation); the futex only parks threads.
@@ -23,6 +24,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -40,6 +42,15 @@
  * that an idle pool stops using CPU almost at once. Pools with more workers than CPUs never spin:
  * a spinning waiter would then hold the CPU that the worker it waits for needs. */
 #define SPIN_NS 300000
+
+/* After this long a spinning waiter yields its CPU (sched_yield) each time it reads the clock.
+ * When the machine has more runnable threads than CPUs (other processes), the worker it waits for
+ * may be queued behind it, and a pure spin holds the CPU that worker needs for the rest of its
+ * time slice, at every barrier: a 2-thread decode of smollm2-135m at load average 9 on 2 vCPUs
+ * ran at 4-13 tokens/s spinning, 46-50 yielding after 2 us, 33-36 after 10 us
+ * (docs/PERFORMANCE.md). On a CPU with nothing else to run sched_yield returns at once, so
+ * the wait stays a spin and still sees the other worker's arrival within a microsecond. */
+#define YIELD_AFTER_NS 2000
 
 #define CACHE_LINE 64
 
@@ -120,6 +131,8 @@ static uint32_t event_wait(struct event *e, uint32_t seen, int64_t spin_ns) {
                     deadline = t + spin_ns;
                 else if (t >= deadline)
                     break;
+                else if (t >= deadline - spin_ns + YIELD_AFTER_NS)
+                    sched_yield();
             }
         }
     }

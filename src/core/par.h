@@ -14,9 +14,10 @@
  * worker 0. fx_par_run wakes the others (cheaply when they are still spinning from the previous
  * run), every worker calls fn once, and fx_par_run returns when all of them have returned from
  * it. Inside fn, fx_par_barrier separates parallel regions without waking or sleeping threads
- * when the workers are busy: it spins for a while with a pause instruction before it sleeps on a
- * futex. Idle workers spin for a short while after a run (so that back-to-back runs, such as
- * decode steps, find them awake) and then sleep until the next run; an idle pool uses no CPU.
+ * when the workers are busy: it spins for a while with a pause instruction (giving its CPU to
+ * any other runnable thread after the first microseconds) before it sleeps on a futex. Idle workers
+ * spin for a short while after a run (so that back-to-back runs, such as decode steps, find them
+ * awake) and then sleep until the next run; an idle pool uses no CPU.
  *
  * Thread safety: fx_par_run may be called from any thread that is not itself running inside a
  * pool; concurrent calls on one pool are serialised. A call from inside a running fn (any pool)
