@@ -394,6 +394,12 @@ static void run_tiles(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
+/* Pairs of panels that meet at most this many wide tiles prefetch the next pair's run (the
+ * decode of many sequences: with 4 tiles a pair, the first one's wait for memory was a quarter
+ * of the time). Bigger batches leave it to the hardware: the wait is a small share of 16 tiles,
+ * and the next pair's run would crowd the current one out of L1. */
+#define PREFETCH_MAX_TILES 8
+
 /* What the walk of run_groups reads after a pair of panels' run: the first panel's run of the
  * next pair, `bytes` long, and the second panel's, as far again as the current pair's are apart
  * (packed panels are equally spaced). */
@@ -412,7 +418,8 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
                       const struct fx_r16_meta *meta, int64_t meta_stride, struct next_run next) {
     int64_t done = 0;
     uint64_t n_wide = np == 2 && j->k->wide ? (uint64_t)(na / j->k->wide_act) : 0;
-    uint64_t slice = next.w && n_wide ? (next.bytes + n_wide - 1) / n_wide : 0;
+    uint64_t slice =
+        next.w && n_wide && n_wide <= PREFETCH_MAX_TILES ? (next.bytes + n_wide - 1) / n_wide : 0;
     uint64_t step = (slice + (uint64_t)nc * 64 - 1) / ((uint64_t)nc * 64) * 64;
     if (np == 2 && j->k->wide)
         for (uint64_t i = 0; na - done >= j->k->wide_act; done += j->k->wide_act, i++) {
