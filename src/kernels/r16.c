@@ -394,15 +394,35 @@ static void run_tiles(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
+/* Pairs of panels that meet at most this many wide tiles prefetch the next pair's run (the
+ * decode of many sequences: with 4 tiles a pair, the first one's wait for memory was a quarter
+ * of the time). Bigger batches leave it to the hardware: the wait is a small share of 16 tiles,
+ * and the next pair's run would crowd the current one out of L1. */
+#define PREFETCH_MAX_TILES 8
+
+/* What the walk of run_groups reads after a pair of panels' run: the first panel's run of the
+ * next pair, `bytes` long, and the second panel's, as far again as the current pair's are apart
+ * (packed panels are equally spaced). */
+struct next_run {
+    const uint8_t *w; /* NULL: nothing to prefetch */
+    uint64_t bytes;   /* */
+};
+
 /* Activation rows [a0, a0 + na) (their metadata at meta, meta_stride apart) against the runs
  * wp[0..np) of one or two consecutive panels from row0: wide tiles of k->wide_act rows over
- * both panels while they last, then tiles of up to 8 rows per panel. */
+ * both panels while they last, then tiles of up to 8 rows per panel. The wide tiles share the
+ * prefetch of `next` in equal slices, so that it arrives from memory while they compute from
+ * L1 (otherwise the first tile of every pair waits for memory and the others leave it idle). */
 static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np, int64_t row0,
                       int64_t c0, int64_t nc, int64_t a0, int64_t na,
-                      const struct fx_r16_meta *meta, int64_t meta_stride) {
+                      const struct fx_r16_meta *meta, int64_t meta_stride, struct next_run next) {
     int64_t done = 0;
+    uint64_t n_wide = np == 2 && j->k->wide ? (uint64_t)(na / j->k->wide_act) : 0;
+    uint64_t slice =
+        next.w && n_wide && n_wide <= PREFETCH_MAX_TILES ? (next.bytes + n_wide - 1) / n_wide : 0;
+    uint64_t step = (slice + (uint64_t)nc * 64 - 1) / ((uint64_t)nc * 64) * 64;
     if (np == 2 && j->k->wide)
-        for (; na - done >= j->k->wide_act; done += j->k->wide_act) {
+        for (uint64_t i = 0; na - done >= j->k->wide_act; done += j->k->wide_act, i++) {
             int64_t a = a0 + done;
             struct fx_r16_tile t = {
                 .w = wp[0],
@@ -417,6 +437,8 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
                 .n_act = j->k->wide_act,
                 .n_rows = (int)(j->r1 - row0 < 2 * FX_R16_ROWS ? j->r1 - row0 : 2 * FX_R16_ROWS),
                 .first = c0 == 0,
+                .prefetch = slice ? next.w + i * slice : NULL,
+                .prefetch_step = step,
             };
             j->k->wide(&t);
         }
@@ -424,6 +446,30 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
         int64_t n = na - done < FX_R16_MAX_ACT ? na - done : FX_R16_MAX_ACT;
         run_tiles(j, wp, np, row0, c0, nc, a0 + done, n, meta + done * meta_stride, meta_stride);
     }
+}
+
+/* For packed weights, what run_groups reads after the pair of panels at (row, c0) in the group
+ * [g0, g1) when it is a pair too: the next pair's run, else the group's first pair's next run.
+ * Nothing past the group: a later chunk finds it in L2, and the next group may be another
+ * worker's. */
+static struct next_run next_pair_run(const struct r16_job *j, int64_t g0, int64_t g1, int64_t row,
+                                     int64_t c0, int64_t run) {
+    struct next_run none = {0};
+    if (!j->w->packed || j->w->pack_kind != FX_PACK_R16)
+        return none;
+    if (row + 2 * FX_R16_ROWS < g1) {
+        row += 2 * FX_R16_ROWS;
+    } else if (c0 + run < j->nb) {
+        row = g0;
+        c0 += run;
+    } else {
+        return none;
+    }
+    if (row + FX_R16_ROWS >= g1)
+        return none;
+    int64_t nc = j->nb - c0 < run ? j->nb - c0 : run;
+    struct next_run next = {panel_run(j, row, c0, nc, NULL), (uint64_t)nc * j->pbytes};
+    return next;
 }
 
 /* Many activation rows (their metadata given, [n_act][nb], or computed): group by
@@ -454,7 +500,8 @@ static void run_groups(const struct r16_job *j, int64_t r0, int64_t r1, int64_t 
                     for (int i = 0; i < np; i++)
                         wp[i] = panel_run(j, row + i * FX_R16_ROWS, c0, nc,
                                           j->buf + (size_t)i * (size_t)nc * j->pbytes);
-                    run_chunk(j, wp, np, row, c0, nc, a0, na, meta, meta_stride);
+                    run_chunk(j, wp, np, row, c0, nc, a0, na, meta, meta_stride,
+                              next_pair_run(j, g0, g1, row, c0, run));
                 }
             }
         }

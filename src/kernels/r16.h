@@ -148,6 +148,11 @@ struct fx_r16_tile {
     int n_act;                      /* 1, 2, 4 or 8; the kernel's wide_act for wide tiles */
     int n_rows; /* valid rows, 1..16 (17..32 for wide tiles); only they are written */
     bool first; /* the run starts the row: accumulators start at 0, else in out */
+    /* Wide tiles: a slice of the weights the driver reads next, brought into cache while this
+     * tile computes from L1: prefetch_step bytes per block from `prefetch` and from prefetch +
+     * w_stride. NULL: nothing (other tiles ignore it). */
+    const uint8_t *prefetch;
+    uint64_t prefetch_step;
 };
 
 typedef void (*fx_r16_tile_fn)(const struct fx_r16_tile *t);

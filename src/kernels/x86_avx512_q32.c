@@ -82,6 +82,15 @@ FX_INLINE void q32_scales(enum fx_type type, const uint8_t *p, __m512 *d, __m512
         *m = fp16x16(p + 32);
 }
 
+/* Block b's share of the tile's prefetch slice, in both panels (r16.h, struct fx_r16_tile). */
+FX_INLINE void prefetch_slice(const struct fx_r16_tile *t, int64_t b) {
+    const char *p = (const char *)t->prefetch + (uint64_t)b * t->prefetch_step;
+    for (uint64_t o = 0; o < t->prefetch_step; o += 64) {
+        _mm_prefetch(p + o, _MM_HINT_T0);
+        _mm_prefetch(p + t->w_stride + o, _MM_HINT_T0);
+    }
+}
+
 /* A tile: np panels (1, or 2 for a wide tile) against `width` activation rows. Group by group,
  * the codes of the panels meet each activation dword, broadcast once into a register (a wide
  * tile halves the loads per vpdpbusd, which bound the one-panel tiles: two vector loads per
@@ -103,6 +112,8 @@ FX_INLINE void q32_tile(enum fx_type type, int np, int width, const struct fx_r1
         const uint8_t *w[2] = {t->w + (size_t)b * pbytes, t->w + t->w_stride + (size_t)b * pbytes};
         const uint8_t *a = codes + (uint64_t)b * ablock;
         const struct fx_r16_meta *m = &t->meta[b];
+        if (t->prefetch)
+            prefetch_slice(t, b);
         __m512i lo[2][FX_R16_MAX_ACT], hi[2][FX_R16_MAX_ACT];
 #pragma GCC unroll 16
         for (int p = 0; p < np; p++)
