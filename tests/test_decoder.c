@@ -124,7 +124,7 @@ FX_TEST(decoder_token_steps_bit_identical_across_threads) {
     struct fx_error err;
     const int threads[] = {2, 3, 4, 7};
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
-        struct fx_model *m = load(files[f]);
+        struct fx_model *m = fx_test_load_model(files[f]);
         struct fx_context *ctx = context(m, 32, 512, 1);
         for (int i = 0; i < 16; i++)
             assert_int_equal(fx_forward_token(ctx, P1[i], i, ref + i * NV, &err), FX_OK);
