@@ -18,8 +18,12 @@
  * (kv/recurrent.h), read and written in place; a row at position 0 starts from zeros.
  *
  * A verify step (fx_forward_verify) copies the state after each row but the last into that row's
- * snapshot (fx_fwd_snap): each worker the conv channels and V heads it owns, the delta rule then
- * run one row at a time (the same bits, as above). */
+ * snapshot (fx_fwd_snap): each worker the conv channels and V heads of the K-head groups it
+ * claims, the delta rule then run one row at a time (the same bits, as above).
+ *
+ * Everything between the input projections and the output projection runs per K-head group in
+ * one claimed pass (group_rows): one barrier instead of one after each of the conv, the norms
+ * and gates, and the heads, which in a decode step cost more than their arithmetic. */
 #include <math.h>
 #include <string.h>
 
@@ -30,18 +34,15 @@ static float softplus(float x) {
     return x > 20.0f ? x : logf(1.0f + expf(x));
 }
 
-/* The conv of this worker's channels over the chunk's rows in order, then silu: rconv from rqkv.
- * Each channel's window is owned by one worker, so no two workers touch the same state. */
-static void conv_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
-                           const struct fx_layer *l, int64_t conv_dim) {
+/* The conv of channels [b, e) over the chunk's rows in order, then silu: rconv from rqkv. The
+ * channels belong to the caller's K-head group (group_rows), so no two workers touch the same
+ * window. */
+static void conv_channels(const struct fx_chunk *c, const struct fx_layer *l, int64_t b, int64_t e,
+                          int64_t conv_dim) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_kernels *k = ctx->k;
     const struct fx_scratch *s = &ctx->s;
     int32_t d_conv = ctx->model->hp.ssm_d_conv;
-    int64_t b, e;
-    fx_par_range(conv_dim, w->ith, w->nth, 16, &b, &e);
-    if (b == e)
-        return;
     for (int64_t i = 0, n; i < c->n; i += n) {
         /* A run of consecutive positions of one sequence, up to a row whose window is kept. */
         int32_t pos = fx_kv_step_pos(&c->kv, i);
@@ -65,25 +66,24 @@ static void conv_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     }
 }
 
-/* For this worker's rows: q and k L2-normed per head (in rconv), beta = sigmoid(b) and the log
- * decay of each V head. */
-static void gates_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
-                            const struct fx_layer *l, int64_t conv_dim) {
+/* For every row of the chunk: q and k of K head hk L2-normed (in rconv), and for the V heads
+ * that read it (hk, hk + HK, ...) beta = sigmoid(b) and the log decay g. */
+static void gates_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hk,
+                       int64_t conv_dim) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_scratch *s = &ctx->s;
-    int64_t d = hp->ssm_d_state, hv = hp->n_ssm_v_heads;
-    int64_t b, e;
-    fx_dec_own_rows(w, c->n, &b, &e);
-    for (int64_t i = b; i < e; i++) {
-        float *qk = s->rconv + i * conv_dim; /* 2 HK heads: the q heads, then the k heads */
-        for (int64_t h = 0; h < 2 * hp->n_ssm_k_heads; h++)
-            k->l2_norm(qk + h * d, qk + h * d, d, hp->rms_eps);
-        float *beta = s->rbeta + i * hv, *g = s->rg + i * hv;
-        k->act[FX_ACT_SIGMOID](beta, beta, hv);
-        for (int64_t h = 0; h < hv; h++)
+    int64_t d = hp->ssm_d_state, n_hk = hp->n_ssm_k_heads, n_hv = hp->n_ssm_v_heads;
+    for (int64_t i = 0; i < c->n; i++) {
+        float *q = s->rconv + i * conv_dim + hk * d, *kh = q + n_hk * d;
+        k->l2_norm(q, q, d, hp->rms_eps);
+        k->l2_norm(kh, kh, d, hp->rms_eps);
+        float *beta = s->rbeta + i * n_hv, *g = s->rg + i * n_hv;
+        for (int64_t h = hk; h < n_hv; h += n_hk) {
+            k->act[FX_ACT_SIGMOID](beta + h, beta + h, 1);
             g[h] = softplus(g[h] + l->ssm_dt_b[h]) * l->ssm_a[h];
+        }
     }
 }
 
@@ -138,6 +138,24 @@ static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_
     }
 }
 
+/* K head hk's group over the chunk's rows: the conv of its q and k channels and of the channels
+ * of the V heads that read them (hk, hk + HK, ...), the norms and gates, then each of those V
+ * heads' delta rule and gated norm. A group reads and writes only its own channels, heads and
+ * state, so the groups need no barrier between these steps. */
+static void group_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hk,
+                       int64_t conv_dim, float *work) {
+    const struct fx_hparams *hp = &c->f->ctx->model->hp;
+    int64_t d = hp->ssm_d_state, n_hk = hp->n_ssm_k_heads, n_hv = hp->n_ssm_v_heads;
+    int64_t key_dim = d * n_hk;
+    conv_channels(c, l, hk * d, (hk + 1) * d, conv_dim);
+    conv_channels(c, l, key_dim + hk * d, key_dim + (hk + 1) * d, conv_dim);
+    for (int64_t hv = hk; hv < n_hv; hv += n_hk)
+        conv_channels(c, l, 2 * key_dim + hv * d, 2 * key_dim + (hv + 1) * d, conv_dim);
+    gates_rows(c, l, hk, conv_dim);
+    for (int64_t hv = hk; hv < n_hv; hv += n_hk)
+        head_rows(c, l, hv, conv_dim, work);
+}
+
 void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
@@ -153,17 +171,12 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
     fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
     fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 4, in, in_out);
 
-    conv_on_worker(w, c, l, conv_dim);
-    fx_par_barrier(w);
-    gates_on_worker(w, c, l, conv_dim);
+    /* The K-head groups are independent; each worker claims whole groups. */
+    float *work = s->rwork + (int64_t)w->ith * FX_DELTA_CHUNK * 2 * hp->ssm_d_state;
+    for (int64_t hk; fx_par_claim(w, hp->n_ssm_k_heads, &hk);)
+        group_rows(c, l, hk, conv_dim, work);
     fx_par_barrier(w);
     fx_dec_dump(w, c, "conv", il, s->rconv, n, conv_dim);
-
-    /* The V heads are independent; each worker claims whole heads. */
-    float *work = s->rwork + (int64_t)w->ith * FX_DELTA_CHUNK * 2 * hp->ssm_d_state;
-    for (int64_t hv; fx_par_claim(w, hp->n_ssm_v_heads, &hv);)
-        head_rows(c, l, hv, conv_dim, work);
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "ssm_y", il, s->ry, n, value_dim);
 
     const struct fx_mat *out[1] = {&l->ssm_out};
