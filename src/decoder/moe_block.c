@@ -258,12 +258,14 @@ static bool round_ready_on_worker(const struct fx_worker *w, const struct fx_con
 }
 
 /* Worker 0, after a round: unpins it and pins the next. Returns (on every worker) whether there
- * is one. */
+ * is one; resident experts are one round, which every worker knows without a broadcast. */
 static bool next_round_on_worker(const struct fx_worker *w, const struct fx_context *ctx, int il) {
     const struct fx_scratch *s = &ctx->s;
     struct fx_moe_step *st = s->xstep;
     struct fx_xcache *xc = ctx->model->xcache;
-    if (w->ith == 0 && xc) {
+    if (!xc)
+        return false;
+    if (w->ith == 0) {
         fx_xcache_release(xc, s->xslots + st->begin, st->end - st->begin);
         st->begin = st->end;
         if (st->begin < st->n_used)
@@ -272,7 +274,7 @@ static bool next_round_on_worker(const struct fx_worker *w, const struct fx_cont
         else
             fx_xcache_note(xc, st->checked, st->hits, st->wait_ns);
     }
-    return fx_par_broadcast(w, w->ith == 0 && xc && st->begin < st->n_used) != 0;
+    return fx_par_broadcast(w, w->ith == 0 && st->begin < st->n_used) != 0;
 }
 
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
@@ -306,7 +308,12 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     fx_dec_own_rows(w, n, &b, &e);
     for (int64_t i = b; i < e; i++)
         route_row(ctx, l, i);
-    fx_par_barrier(w);
+    /* Worker 0 groups every row's selections: after a barrier, unless they are all its own (a
+     * decode step's one row). */
+    int64_t b0, e0;
+    fx_par_range(n, 0, w->nth, 1, &b0, &e0);
+    if (e0 < n)
+        fx_par_barrier(w);
     if (w->ith == 0) {
         group_by_expert(ctx, n);
         start_layer(ctx, il);
