@@ -1,13 +1,21 @@
 #include "golden.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fx_test.h"
 
-static int read_ids(json_t *root, const char *field, fx_token *out) {
+json_t *fx_test_json_load(const char *rel) {
+    const char *path = fx_test_fixture(rel);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        fail_msg("%s: %s", path, jerr.text);
+    return root;
+}
+
+int fx_test_json_ids(json_t *root, const char *field, fx_token *out) {
     json_t *a = json_object_get(root, field);
     if (!json_is_array(a) || json_array_size(a) > FX_GOLDEN_MAX_IDS)
         fail_msg("golden field '%s' is not a short array", field);
@@ -16,7 +24,7 @@ static int read_ids(json_t *root, const char *field, fx_token *out) {
     return (int)json_array_size(a);
 }
 
-static void read_floats(json_t *root, const char *field, float *out, int n) {
+void fx_test_json_floats(json_t *root, const char *field, float *out, int n) {
     json_t *a = json_object_get(root, field);
     if (!json_is_array(a) || (int)json_array_size(a) != n)
         fail_msg("golden field '%s' has the wrong length", field);
@@ -24,11 +32,11 @@ static void read_floats(json_t *root, const char *field, float *out, int n) {
         out[i] = (float)json_number_value(json_array_get(a, (size_t)i));
 }
 
-static float *read_logits(const char *rel, int n_rows, int n_vocab) {
+float *fx_test_read_matrix(const char *rel, int n_rows, int n_cols) {
     size_t size;
     char *data = fx_test_read_file(fx_test_fixture(rel), &size);
-    if (size != (size_t)n_rows * (size_t)n_vocab * sizeof(float))
-        fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, n_rows, n_vocab);
+    if (size != (size_t)n_rows * (size_t)n_cols * sizeof(float))
+        fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, n_rows, n_cols);
     return (float *)data;
 }
 
@@ -36,11 +44,7 @@ void fx_test_golden_load(const char *stem, struct fx_golden *g) {
     memset(g, 0, sizeof *g);
     char rel[256];
     snprintf(rel, sizeof rel, "golden/%s.json", stem);
-    const char *path = fx_test_fixture(rel);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        fail_msg("%s: %s", path, jerr.text);
+    json_t *root = fx_test_json_load(rel);
     const char *model = json_string_value(json_object_get(root, "model_file"));
     assert_non_null(model);
     /* stories260K lives beside the fixtures, in the models folder. */
@@ -48,18 +52,18 @@ void fx_test_golden_load(const char *stem, struct fx_golden *g) {
         strncmp(model, "../models/", 10) == 0 ? fx_test_model(model + 10) : fx_test_fixture(model);
     snprintf(g->model_path, sizeof g->model_path, "%s", resolved);
     g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
-    g->n_prompt = read_ids(root, "prompt_ids", g->prompt);
-    g->n_gen = read_ids(root, "greedy_ids", g->greedy);
-    read_floats(root, "greedy_top1_minus_top2", g->greedy_margin, g->n_gen);
-    read_ids(root, "prompt_argmax", g->prompt_argmax);
-    read_floats(root, "prompt_top1_minus_top2", g->prompt_margin, g->n_prompt);
+    g->n_prompt = fx_test_json_ids(root, "prompt_ids", g->prompt);
+    g->n_gen = fx_test_json_ids(root, "greedy_ids", g->greedy);
+    fx_test_json_floats(root, "greedy_top1_minus_top2", g->greedy_margin, g->n_gen);
+    fx_test_json_ids(root, "prompt_argmax", g->prompt_argmax);
+    fx_test_json_floats(root, "prompt_top1_minus_top2", g->prompt_margin, g->n_prompt);
     g->self_noise =
         (float)json_number_value(json_object_get(root, "batched_vs_sequential_max_abs_diff"));
-    g->logits = read_logits(json_string_value(json_object_get(root, "logits_file")), g->n_prompt,
-                            g->n_vocab);
+    g->logits = fx_test_read_matrix(json_string_value(json_object_get(root, "logits_file")),
+                                    g->n_prompt, g->n_vocab);
     json_t *kvf32 = json_object_get(json_object_get(root, "flash_attn_off_kv_f32"), "logits_file");
     if (json_is_string(kvf32))
-        g->logits_kvf32 = read_logits(json_string_value(kvf32), g->n_prompt, g->n_vocab);
+        g->logits_kvf32 = fx_test_read_matrix(json_string_value(kvf32), g->n_prompt, g->n_vocab);
     json_decref(root);
 }
 
@@ -73,26 +77,22 @@ void fx_test_mtp_golden_load(const char *stem, struct fx_mtp_golden *g) {
     memset(g, 0, sizeof *g);
     char rel[256];
     snprintf(rel, sizeof rel, "qwen35/golden/%s.mtp.json", stem);
-    const char *path = fx_test_fixture(rel);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        fail_msg("%s: %s", path, jerr.text);
+    json_t *root = fx_test_json_load(rel);
     snprintf(rel, sizeof rel, "qwen35/models/%s",
              json_string_value(json_object_get(root, "model_file")));
     snprintf(g->model_path, sizeof g->model_path, "%s", fx_test_fixture(rel));
     g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
     g->n_embd = (int)json_integer_value(json_object_get(root, "n_embd"));
-    g->n = read_ids(root, "prompt_ids", g->prompt);
+    g->n = fx_test_json_ids(root, "prompt_ids", g->prompt);
     g->next = (fx_token)json_integer_value(json_object_get(root, "trunk_greedy_next"));
-    assert_int_equal(read_ids(root, "mtp_argmax", g->argmax), g->n + 1);
-    g->n_chain = read_ids(root, "draft_chain", g->chain);
+    assert_int_equal(fx_test_json_ids(root, "mtp_argmax", g->argmax), g->n + 1);
+    g->n_chain = fx_test_json_ids(root, "draft_chain", g->chain);
     snprintf(rel, sizeof rel, "qwen35/golden/%s",
              json_string_value(json_object_get(root, "h_nextn_file")));
-    g->h = read_logits(rel, g->n, g->n_embd);
+    g->h = fx_test_read_matrix(rel, g->n, g->n_embd);
     snprintf(rel, sizeof rel, "qwen35/golden/%s",
              json_string_value(json_object_get(root, "mtp_logits_file")));
-    g->logits = read_logits(rel, g->n + 1, g->n_vocab);
+    g->logits = fx_test_read_matrix(rel, g->n + 1, g->n_vocab);
     json_decref(root);
 }
 

@@ -3,6 +3,7 @@
 #ifndef FX_TEST_GOLDEN_H
 #define FX_TEST_GOLDEN_H
 
+#include <jansson.h>
 #include <limits.h>
 
 #include "ferrox.h"
@@ -40,6 +41,18 @@ struct fx_mtp_golden {
 /* Loads qwen35/golden/<stem>.mtp.json (e.g. "qwen35-tiny.F32.P1"). */
 void fx_test_mtp_golden_load(const char *stem, struct fx_mtp_golden *g);
 void fx_test_mtp_golden_free(struct fx_mtp_golden *g);
+
+/* The fixture JSON file at rel (under FERROX_FIXTURES), parsed; skips the test when absent (fails
+ * under CI=true) and fails it when the file does not parse. The caller json_decref()s it. */
+json_t *fx_test_json_load(const char *rel);
+/* The integer array root[field] into out[0..n) (n <= FX_GOLDEN_MAX_IDS, else the test fails);
+ * returns n. */
+int fx_test_json_ids(json_t *root, const char *field, fx_token *out);
+/* The number array root[field] into out[0..n); the test fails unless it has exactly n values. */
+void fx_test_json_floats(json_t *root, const char *field, float *out, int n);
+/* The raw float file at rel (under FERROX_FIXTURES) as malloc'd [n_rows][n_cols]; the test fails
+ * unless its size is exactly that. */
+float *fx_test_read_matrix(const char *rel, int n_rows, int n_cols);
 
 /* The first index of the largest of x[0..n). */
 int fx_test_argmax(const float *x, int n);

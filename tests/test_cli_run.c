@@ -2,6 +2,7 @@
  * stopping, prompts longer than the context, the random-weight model made when no -m is given,
  * and the model-loading progress callback behind its progress bar. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -18,14 +19,6 @@ static void run_cli(const char *const *args, int want, char **out, char **err) {
         fail_msg("ferrox %s exited %d (want %d): %s", args[0], rc, want, err ? *err : "");
 }
 
-static json_t *load_json(const char *path) {
-    json_error_t jerr;
-    json_t *doc = json_load_file(path, 0, &jerr);
-    if (!doc)
-        fail_msg("%s: %s", path, jerr.text);
-    return doc;
-}
-
 /* The number in "LABEL: N tokens" of ferrox run's statistics on stderr. */
 static int stat_tokens(const char *err, const char *label) {
     const char *p = strstr(err, label);
@@ -39,7 +32,7 @@ FX_TEST(run_prints_golden_continuation) {
     for (size_t s = 0; s < 2; s++) {
         char rel[128];
         snprintf(rel, sizeof rel, "golden/%s.json", stems[s]);
-        json_t *g = load_json(fx_test_fixture(rel));
+        json_t *g = fx_test_json_load(rel);
         const char *prompt = json_string_value(json_object_get(g, "prompt_text"));
         const char *want = json_string_value(json_object_get(g, "continuation_text"));
         int n_prompt = (int)json_integer_value(json_object_get(g, "n_prompt"));
@@ -165,7 +158,7 @@ FX_TEST(run_seeded_sampling_is_reproducible_across_threads) {
 
 FX_TEST(run_stops_at_eos_stop_strings_and_ignores_eos_when_asked) {
     const char *model = fx_test_model("stories260K.gguf");
-    json_t *g = load_json(fx_test_fixture("golden/stories260K.once.json"));
+    json_t *g = fx_test_json_load("golden/stories260K.once.json");
     const char *golden = json_string_value(json_object_get(g, "continuation_text"));
     char *out, *err;
     /* stories260K never ends a story with EOS by itself: a bias makes EOS (id 2) the choice. */

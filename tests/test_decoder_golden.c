@@ -79,40 +79,22 @@ static void load_iq4_golden(const char *stem, struct fx_golden *g) {
     memset(g, 0, sizeof *g);
     char rel[256];
     snprintf(rel, sizeof rel, "iq4/golden/%s.json", stem);
-    const char *path = fx_test_fixture(rel);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        fail_msg("%s: %s", path, jerr.text);
+    json_t *root = fx_test_json_load(rel);
     const char *model = json_string_value(json_object_get(root, "model_file"));
     const char *logits = json_string_value(json_object_get(root, "logits_file"));
-    json_t *prompt = json_object_get(root, "prompt_ids"),
-           *greedy = json_object_get(root, "greedy_ids");
-    json_t *margins = json_object_get(root, "margins");
     assert_non_null(model);
     assert_non_null(logits);
-    assert_true(json_is_array(prompt) && json_array_size(prompt) <= FX_GOLDEN_MAX_IDS);
-    assert_true(json_is_array(greedy) && json_array_size(greedy) <= FX_GOLDEN_MAX_IDS);
-    assert_true(json_is_array(margins) && json_array_size(margins) == json_array_size(greedy));
     snprintf(rel, sizeof rel, "iq4/models/%s", model);
     snprintf(g->model_path, sizeof g->model_path, "%s", fx_test_fixture(rel));
     g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
-    g->n_prompt = (int)json_array_size(prompt);
-    g->n_gen = (int)json_array_size(greedy);
-    for (int i = 0; i < g->n_prompt; i++)
-        g->prompt[i] = (fx_token)json_integer_value(json_array_get(prompt, (size_t)i));
-    for (int i = 0; i < g->n_gen; i++) {
-        g->greedy[i] = (fx_token)json_integer_value(json_array_get(greedy, (size_t)i));
-        g->greedy_margin[i] = (float)json_number_value(json_array_get(margins, (size_t)i));
-    }
+    g->n_prompt = fx_test_json_ids(root, "prompt_ids", g->prompt);
+    g->n_gen = fx_test_json_ids(root, "greedy_ids", g->greedy);
+    fx_test_json_floats(root, "margins", g->greedy_margin, g->n_gen);
     g->self_noise =
         (float)fmax(json_number_value(json_object_get(root, "max_abs_diff_batch_vs_sequential")),
                     json_number_value(json_object_get(root, "max_abs_diff_vs_flash_attn_auto")));
     snprintf(rel, sizeof rel, "iq4/golden/%s", logits);
-    size_t size;
-    g->logits = (float *)fx_test_read_file(fx_test_fixture(rel), &size);
-    if (size != sizeof(float) * (size_t)g->n_prompt * (size_t)g->n_vocab)
-        fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, g->n_prompt, g->n_vocab);
+    g->logits = fx_test_read_matrix(rel, g->n_prompt, g->n_vocab);
     for (int p = 0; p < g->n_prompt; p++) {
         const float *row = g->logits + (size_t)p * (size_t)g->n_vocab;
         int best = fx_test_argmax(row, g->n_vocab);

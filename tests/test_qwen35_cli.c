@@ -2,6 +2,7 @@
  * llama.cpp's greedy tokens (fixtures/qwen35 P1), by default, decoding plainly and with prompt
  * lookup drafting at every step. */
 #include "fx_test.h"
+#include "golden.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -13,10 +14,7 @@
 
 FX_TEST(qwen35_cli_run_greedy) {
     const char *model = fx_test_fixture("qwen35/models/qwen35-tiny.F32.gguf");
-    json_error_t jerr;
-    json_t *g = json_load_file(fx_test_fixture("qwen35/golden/qwen35-tiny.F32.P1.json"), 0, &jerr);
-    if (!g)
-        fail_msg("%s", jerr.text);
+    json_t *g = fx_test_json_load("qwen35/golden/qwen35-tiny.F32.P1.json");
     struct fx_vocab *v;
     struct fx_error e;
     assert_int_equal(fx_vocab_load_file(model, &v, &e), FX_OK);

@@ -21,7 +21,7 @@
 
 #include "decoder/decoder.h"
 
-#define MAX_IDS 64
+#define MAX_IDS FX_GOLDEN_MAX_IDS
 #define TOP     5
 
 struct q35_golden {
@@ -33,22 +33,11 @@ struct q35_golden {
     float *logits; /* [n_prompt][n_vocab] */
 };
 
-static int read_ids(json_t *a, fx_token *out) {
-    assert_true(json_is_array(a) && json_array_size(a) <= MAX_IDS);
-    for (size_t i = 0; i < json_array_size(a); i++)
-        out[i] = (fx_token)json_integer_value(json_array_get(a, i));
-    return (int)json_array_size(a);
-}
-
 static void load_golden(const char *stem, struct q35_golden *g) {
     memset(g, 0, sizeof *g);
     char rel[256];
     snprintf(rel, sizeof rel, "qwen35/golden/%s.json", stem);
-    const char *path = fx_test_fixture(rel);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        fail_msg("%s: %s", path, jerr.text);
+    json_t *root = fx_test_json_load(rel);
     const char *model = json_string_value(json_object_get(root, "model_file"));
     const char *logits = json_string_value(json_object_get(root, "logits_file"));
     assert_non_null(model);
@@ -56,8 +45,8 @@ static void load_golden(const char *stem, struct q35_golden *g) {
     snprintf(rel, sizeof rel, "qwen35/models/%s", model);
     snprintf(g->model_path, sizeof g->model_path, "%s", fx_test_fixture(rel));
     g->n_vocab = (int)json_integer_value(json_object_get(root, "n_vocab"));
-    g->n_prompt = read_ids(json_object_get(root, "prompt_ids"), g->prompt);
-    g->n_gen = read_ids(json_object_get(root, "greedy_ids"), g->greedy);
+    g->n_prompt = fx_test_json_ids(root, "prompt_ids", g->prompt);
+    g->n_gen = fx_test_json_ids(root, "greedy_ids", g->greedy);
     json_t *top = json_object_get(root, "greedy_top5");
     assert_true(json_is_array(top) && (int)json_array_size(top) == g->n_gen);
     for (int k = 0; k < g->n_gen; k++) {
@@ -71,10 +60,7 @@ static void load_golden(const char *stem, struct q35_golden *g) {
         }
     }
     snprintf(rel, sizeof rel, "qwen35/golden/%s", logits);
-    size_t size;
-    g->logits = (float *)fx_test_read_file(fx_test_fixture(rel), &size);
-    if (size != sizeof(float) * (size_t)g->n_prompt * (size_t)g->n_vocab)
-        fail_msg("%s: %zu bytes, expected [%d][%d] floats", rel, size, g->n_prompt, g->n_vocab);
+    g->logits = fx_test_read_matrix(rel, g->n_prompt, g->n_vocab);
     json_decref(root);
 }
 
