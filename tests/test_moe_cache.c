@@ -433,14 +433,39 @@ FX_TEST(moe_cache_cli) {
     char *l0 = fx_test_read_file(paths[0], &n0), *l1 = fx_test_read_file(paths[1], &n1);
     assert_int_equal(n0, n1);
     assert_memory_equal(l0, l1, n0);
+    free(l1);
+    free(outs[1]);
+    /* Another policy and lookahead move only what is read when, not the logits. */
+    const char *lru[] = {
+        "eval",   "-m",          g.model_path, "--ids",           ids, "--logits-out",
+        paths[1], "-t",          "2",          "--greedy",        "8", "--moe-cache",
+        one,      "--moe-evict", "lru",        "--moe-lookahead", "2", NULL};
+    int rc = fx_test_run_cli(lru, NULL, &outs[1], &err);
+    if (rc != 0)
+        fail_msg("ferrox eval --moe-evict lru exited %d: %s", rc, err);
+    free(err);
+    assert_string_equal(outs[0], outs[1]);
+    l1 = fx_test_read_file(paths[1], &n1);
+    assert_int_equal(n0, n1);
+    assert_memory_equal(l0, l1, n0);
     free(l0);
     free(l1);
     free(outs[0]);
     free(outs[1]);
+    const char *bad_evict[] = {"bench", "-m",          g.model_path, "--moe-cache",
+                               one,     "--moe-evict", "mru",        NULL};
+    assert_int_equal(fx_test_run_cli(bad_evict, NULL, NULL, &err), 2);
+    assert_non_null(strstr(err, "--moe-evict"));
+    free(err);
+    const char *bad_ahead[] = {"eval", "-m", g.model_path, "--ids", ids, "--moe-lookahead",
+                               "9",    NULL};
+    assert_int_equal(fx_test_run_cli(bad_ahead, NULL, NULL, &err), 2);
+    assert_non_null(strstr(err, "--moe-lookahead"));
+    free(err);
 
     const char *run[] = {"run",    "-m", g.model_path, "-p",          "Hello", "-n", "3",
                          "--temp", "0",  "-v",         "--moe-cache", one,     NULL};
-    int rc = fx_test_run_cli(run, NULL, NULL, &err);
+    rc = fx_test_run_cli(run, NULL, NULL, &err);
     if (rc != 0)
         fail_msg("ferrox run exited %d: %s", rc, err);
     assert_non_null(strstr(err, "moe prompt: "));

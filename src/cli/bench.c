@@ -47,7 +47,7 @@ struct opts {
     int *par_pp, n_par_pp;
     int *par_tg, n_par_tg;
     int n_batch;
-    uint64_t moe_cache; /* --moe-cache bytes, 0: resident */
+    struct fx_model_params model; /* --moe-cache, --moe-lookahead, --moe-evict */
 };
 
 struct result {
@@ -66,6 +66,7 @@ static void usage(FILE *out) {
             "usage: ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... [-p N,N...] [-n N,N...]\n"
             "                    [-d N,N...] [-t N,N...] [-r REPS] [-o md|csv|json] [-ctk TYPE]\n"
             "                    [-ctv TYPE] [--progress] [-ngl N] [--moe-cache SIZE]\n"
+            "                    [--moe-lookahead N] [--moe-evict POLICY]\n"
             "       ferrox bench [-m MODEL]... [--synth SHAPE:TYPE]... --parallel N,N...\n"
             "                    [-npp N,N...] [-ntg N,N...] [-d N,N...] [-b N] [-t N,N...]\n"
             "                    [-r REPS] ...\n\n"
@@ -303,13 +304,11 @@ static void print_row(const struct result *r, enum fx_bench_output out, bool kv,
     fflush(stdout);
 }
 
-struct fx_model *fx_cli_bench_load_model(const char *spec, uint64_t moe_cache) {
+struct fx_model *fx_cli_bench_load_model(const char *spec, const struct fx_model_params *mp) {
     struct fx_model *m = NULL;
     struct fx_error err;
-    struct fx_model_params mp = fx_model_default_params();
-    mp.moe_cache_bytes = moe_cache;
     if (strncmp(spec, "synth:", 6) != 0) {
-        if (fx_model_load(spec, &mp, &m, &err) != FX_OK)
+        if (fx_model_load(spec, mp, &m, &err) != FX_OK)
             fprintf(stderr, "ferrox bench: %s\n", err.msg);
         return m;
     }
@@ -335,7 +334,7 @@ struct fx_model *fx_cli_bench_load_model(const char *spec, uint64_t moe_cache) {
     fx_status st = fx_synth_write(plan, path, NULL, &err);
     fx_synth_model_free(plan);
     if (st == FX_OK)
-        st = fx_model_load(path, &mp, &m, &err);
+        st = fx_model_load(path, mp, &m, &err);
     unlink(path); /* an expert cache keeps the file open */
     if (st)
         fprintf(stderr, "ferrox bench: %s\n", err.msg);
@@ -360,6 +359,8 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"batch-size", required_argument, NULL, 'b'},
                                          {"n-gpu-layers", required_argument, NULL, 'g'},
                                          {"moe-cache", required_argument, NULL, 'M'},
+                                         {"moe-lookahead", required_argument, NULL, 'L'},
+                                         {"moe-evict", required_argument, NULL, 'E'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
@@ -447,8 +448,23 @@ static int parse_args(int argc, char **argv, struct opts *o) {
             o->reps_set = true;
             break;
         case 'M':
-            if (!fx_cli_parse_size(optarg, &o->moe_cache) || o->moe_cache == 0) {
+            if (!fx_cli_parse_size(optarg, &o->model.moe_cache_bytes) ||
+                o->model.moe_cache_bytes == 0) {
                 fprintf(stderr, "ferrox bench: --moe-cache wants a size (4G, 512M, 256K)\n");
+                return 2;
+            }
+            break;
+        case 'L':
+            if (!fx_cli_parse_int(optarg, 0, FX_MOE_LOOKAHEAD_MAX, &o->model.moe_lookahead)) {
+                fprintf(stderr, "ferrox bench: --moe-lookahead wants 0 to %d layers, got '%s'\n",
+                        FX_MOE_LOOKAHEAD_MAX, optarg);
+                return 2;
+            }
+            break;
+        case 'E':
+            if (!fx_cli_parse_moe_evict(optarg, &o->model.moe_evict)) {
+                fprintf(stderr, "ferrox bench: --moe-evict wants quota, lru or lfu, got '%s'\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -503,7 +519,7 @@ static int bench_parallel(const struct opts *o) {
         fx_cli_bench_parallel_csv_header();
     int rc = 0;
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
-        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], o->moe_cache);
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], &o->model);
         if (!m)
             return 1;
         char desc[96];
@@ -538,7 +554,7 @@ static int bench_tests(const struct opts *o) {
         printf("model_filename,model_type,model_size,model_n_params,n_threads,type_k,type_v,"
                "n_prompt,n_gen,n_depth,avg_ts,stddev_ts\n");
     for (int mi = 0; rc == 0 && mi < o->n_models; mi++) {
-        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], o->moe_cache);
+        struct fx_model *m = fx_cli_bench_load_model(o->models[mi], &o->model);
         if (!m) {
             rc = 1;
             break;
@@ -585,8 +601,12 @@ static int bench_tests(const struct opts *o) {
 
 int fx_cli_bench(int argc, char **argv) {
     struct fx_context_params cp = fx_context_default_params();
-    struct opts o = {
-        .reps = 5, .out = FX_BENCH_MD, .type_k = cp.type_k, .type_v = cp.type_v, .n_batch = 512};
+    struct opts o = {.reps = 5,
+                     .out = FX_BENCH_MD,
+                     .type_k = cp.type_k,
+                     .type_v = cp.type_v,
+                     .n_batch = 512,
+                     .model = fx_model_default_params()};
     int rc = parse_args(argc, argv, &o);
     static int default_p = 512, default_n = 128, default_d = 0;
     int default_t = (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -12,7 +12,7 @@ enum fx_bench_output { FX_BENCH_MD, FX_BENCH_CSV, FX_BENCH_JSON };
 
 /* Loads a model file, or synthesises "synth:SHAPE:TYPE" into a temporary file that is unlinked
  * once mapped; NULL after a message on stderr. The caller frees the model. */
-struct fx_model *fx_cli_bench_load_model(const char *spec, uint64_t moe_cache);
+struct fx_model *fx_cli_bench_load_model(const char *spec, const struct fx_model_params *mp);
 
 /* "llama 135M Q8_0": architecture, parameter count and the file's weight type. */
 void fx_cli_bench_describe(const struct fx_model *m, char *buf, size_t size);

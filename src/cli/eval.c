@@ -21,7 +21,7 @@ static void usage(FILE *out) {
             "usage: ferrox eval -m MODEL --ids ID,ID,... [--logits-out FILE] [--greedy N]\n"
             "                   [--sequential] [-t THREADS] [-c CTX] [--kv contig|paged]\n"
             "                   [--block-size N] [-ctk f32|f16|q8_0] [-ctv f32|f16|q8_0]\n"
-            "                   [--moe-cache SIZE]\n\n"
+            "                   [--moe-cache SIZE] [--moe-lookahead N] [--moe-evict POLICY]\n\n"
             "Evaluates the ids as one batch (or one token at a time with --sequential) and\n"
             "writes all-position logits as raw little-endian float32 [n_ids x n_vocab];\n"
             "--greedy N prints the N greedy continuation ids on stdout.\n\n%s",
@@ -119,6 +119,8 @@ int fx_cli_eval(int argc, char **argv) {
                                          {"cache-type-k", required_argument, NULL, 'K'},
                                          {"cache-type-v", required_argument, NULL, 'V'},
                                          {"moe-cache", required_argument, NULL, 'M'},
+                                         {"moe-lookahead", required_argument, NULL, 'L'},
+                                         {"moe-evict", required_argument, NULL, 'E'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     optind = 1;
@@ -155,6 +157,20 @@ int fx_cli_eval(int argc, char **argv) {
             if (!fx_cli_parse_size(optarg, &mp.moe_cache_bytes) || mp.moe_cache_bytes == 0) {
                 fprintf(stderr,
                         "ferrox eval: --moe-cache wants a size (4G, 512M, 256K), got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'L':
+            if (!fx_cli_parse_int(optarg, 0, FX_MOE_LOOKAHEAD_MAX, &mp.moe_lookahead)) {
+                fprintf(stderr, "ferrox eval: --moe-lookahead wants 0 to %d layers, got '%s'\n",
+                        FX_MOE_LOOKAHEAD_MAX, optarg);
+                return 2;
+            }
+            break;
+        case 'E':
+            if (!fx_cli_parse_moe_evict(optarg, &mp.moe_evict)) {
+                fprintf(stderr, "ferrox eval: --moe-evict wants quota, lru or lfu, got '%s'\n",
                         optarg);
                 return 2;
             }

@@ -84,17 +84,6 @@ void fx_cli_gen_expand_aliases(int argc, char **argv) {
             argv[i] = (char *)"--model-draft";
 }
 
-static bool parse_evict(const char *s, enum fx_moe_evict *out) {
-    static const char *const names[] = {
-        [FX_MOE_EVICT_QUOTA] = "quota", [FX_MOE_EVICT_LRU] = "lru", [FX_MOE_EVICT_LFU] = "lfu"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = (enum fx_moe_evict)i;
-            return true;
-        }
-    return false;
-}
-
 static bool parse_spec(const char *s, enum fx_cli_spec *out) {
     static const char *const names[] = {[FX_CLI_SPEC_NONE] = "none",
                                         [FX_CLI_SPEC_NGRAM] = "ngram",
@@ -140,7 +129,7 @@ int fx_cli_gen_opt(struct fx_cli_gen_opts *o, const char *cmd, int c, const char
         what = "--moe-lookahead (layers, 0 to 4)";
         break;
     case FX_CLI_OPT_MOE_EVICT:
-        ok = parse_evict(arg, &o->moe_evict), what = "--moe-evict (quota, lru or lfu)";
+        ok = fx_cli_parse_moe_evict(arg, &o->moe_evict), what = "--moe-evict (quota, lru or lfu)";
         break;
     case 'n':
         ok = fx_cli_parse_int(arg, INT32_MIN, INT32_MAX, &o->n_predict), what = "-n (tokens)";
@@ -266,13 +255,7 @@ void fx_cli_gen_usage(FILE *out) {
             "  --spec-fixed              always draft --draft-max tokens (no adaptive k, no\n"
             "                            switching off when speculation does not pay)\n",
             fx_cli_kv_type_name(fx_context_default_params().type_k),
-            fx_cli_kv_type_name(fx_context_default_params().type_v),
-            FX_CLI_MOE_CACHE_USAGE
-            "  --moe-lookahead N         with --moe-cache: layers the read-ahead looks ahead\n"
-            "                            (0 to 4; 0: none; default 1, which missed least)\n"
-            "  --moe-evict POLICY        with --moe-cache: lfu (the default: least used, the\n"
-            "                            counts halved every 32 steps), lru, or quota (per-layer\n"
-            "                            shares, LRU inside)\n",
+            fx_cli_kv_type_name(fx_context_default_params().type_v), FX_CLI_MOE_CACHE_USAGE,
             FX_CLI_SPEC_DEFAULT == FX_CLI_SPEC_NGRAM ? "ngram" : "none",
             fx_spec_default_params().draft_max, fx_spec_default_params().draft_min);
 }

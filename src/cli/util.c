@@ -205,6 +205,17 @@ bool fx_cli_parse_kv_type(const char *s, enum fx_type *out) {
     return false;
 }
 
+bool fx_cli_parse_moe_evict(const char *s, enum fx_moe_evict *out) {
+    static const char *const names[] = {
+        [FX_MOE_EVICT_QUOTA] = "quota", [FX_MOE_EVICT_LRU] = "lru", [FX_MOE_EVICT_LFU] = "lfu"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum fx_moe_evict)i;
+            return true;
+        }
+    return false;
+}
+
 const char *fx_cli_kv_type_name(enum fx_type t) {
     for (size_t i = 0; i < sizeof kv_types / sizeof kv_types[0]; i++)
         if (kv_types[i].type == t)

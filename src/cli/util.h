@@ -22,6 +22,10 @@ bool fx_cli_parse_ids(const char *s, fx_token **out, int *n);
  * case); false for anything else. */
 bool fx_cli_parse_kv_type(const char *s, enum fx_type *out);
 
+/* An expert cache's eviction policy by its --moe-evict name ("quota", "lru", "lfu"); false for
+ * anything else. */
+bool fx_cli_parse_moe_evict(const char *s, enum fx_moe_evict *out);
+
 /* "f32", "f16" or "q8_0". */
 const char *fx_cli_kv_type_name(enum fx_type t);
 
@@ -56,7 +60,12 @@ fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_
 #define FX_CLI_MOE_CACHE_USAGE                                                                     \
     "  --moe-cache SIZE          keep a mixture of experts' experts on disk, read into a cache\n"  \
     "                            of SIZE bytes (4G, 512M, 256K) with one layer of lookahead;\n"    \
-    "                            every other weight stays in memory (default: all in memory)\n"
+    "                            every other weight stays in memory (default: all in memory)\n"    \
+    "  --moe-lookahead N         with --moe-cache: layers the read-ahead looks ahead\n"            \
+    "                            (0 to 4; 0: none; default 1, which missed least)\n"               \
+    "  --moe-evict POLICY        with --moe-cache: lfu (the default: least used, the\n"            \
+    "                            counts halved every 32 steps), lru, or quota (per-layer\n"        \
+    "                            shares, LRU inside)\n"
 /* Prints the expert cache's figures since *last (what the step just run did) and updates *last;
  * nothing for a model without an expert cache. */
 void fx_cli_moe_report(const struct fx_model *m, const char *what, struct fx_moe_stats *last);
