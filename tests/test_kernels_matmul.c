@@ -329,6 +329,19 @@ FX_TEST(kernels_bench_kernels_prints_cases) {
     assert_non_null(strstr(out, line));
     free(out);
     free(err);
+    /* Timed in the workers' CPU time instead: the same table. */
+    const char *cpu[] = {
+        "bench-kernels", "-t", "q8_0",       "-s",    "64x40",     "-r", "16",         "-j", "2",
+        "--runs",        "1",  "--min-time", "0.001", "--cold-mb", "1",  "--cpu-time", NULL};
+    rc = fx_test_run_cli(cpu, NULL, &out, &err);
+    if (rc != 0)
+        fail_msg("exit %d: %s", rc, err);
+    assert_non_null(strstr(out, "of the largest worker CPU time"));
+    assert_non_null(strstr(out, "bandwidth  threads 2"));
+    snprintf(line, sizeof line, "%-8s %-6s %-11s %5d %3d", table, "Q8_0", "64x40", 16, 2);
+    assert_non_null(strstr(out, line));
+    free(out);
+    free(err);
     const char *bad[] = {"bench-kernels", "-s", "64y40", NULL};
     rc = fx_test_run_cli(bad, NULL, &out, &err);
     assert_int_equal(rc, 2);

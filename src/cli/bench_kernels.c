@@ -10,9 +10,13 @@
  * weight matrix to fill --cold-mb, so no call finds its weights in a cache. The streaming read
  * bandwidth is measured the same way: the same pool and the same split reading a buffer of the
  * same size. Each case is timed in --runs runs of at least --min-time seconds; the median is
- * printed. */
+ * printed. The time is worker 0's wall-clock time, or with --cpu-time the largest of the
+ * workers' own CPU times: what the case costs when no worker waits in a run queue, which a
+ * machine shared with other work disturbs far less (a worker's waits at the barriers still
+ * count while it spins). */
 #include <getopt.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +47,7 @@ struct opts {
     double min_time;
     int64_t cold_bytes;
     int bandwidth;
+    int cpu_time; /* time each worker's CPU time instead of worker 0's wall-clock time */
 };
 
 static void usage(FILE *out) {
@@ -64,7 +69,10 @@ static void usage(FILE *out) {
             "      --min-time S     seconds per run at least (default 0.1)\n"
             "      --cold-mb N      copies of the weights fill N MiB so that they stream from\n"
             "                       memory (default 512; 0: one copy, warm caches)\n"
-            "      --no-bandwidth   skip the bandwidth measurement\n");
+            "      --no-bandwidth   skip the bandwidth measurement\n"
+            "      --cpu-time       time each worker's own CPU time and print the largest, not\n"
+            "                       wall-clock time (steadier on a machine shared with other\n"
+            "                       work)\n");
 }
 
 /* ---- options ------------------------------------------------------------------------------- */
@@ -141,7 +149,7 @@ static int all_tables(const struct fx_kernels **out) {
 
 /* Fills o from argv; 0 on success, else the exit status. */
 static int parse_opts(int argc, char **argv, struct opts *o) {
-    enum { OPT_RUNS = 256, OPT_MIN_TIME, OPT_COLD, OPT_NO_BW };
+    enum { OPT_RUNS = 256, OPT_MIN_TIME, OPT_COLD, OPT_NO_BW, OPT_CPU_TIME };
     static const struct option longs[] = {
         {"types", required_argument, NULL, 't'},
         {"tables", required_argument, NULL, 'k'},
@@ -153,6 +161,7 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         {"min-time", required_argument, NULL, OPT_MIN_TIME},
         {"cold-mb", required_argument, NULL, OPT_COLD},
         {"no-bandwidth", no_argument, NULL, OPT_NO_BW},
+        {"cpu-time", no_argument, NULL, OPT_CPU_TIME},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -210,6 +219,9 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
         case OPT_NO_BW:
             o->bandwidth = 0;
             break;
+        case OPT_CPU_TIME:
+            o->cpu_time = 1;
+            break;
         case 'h':
             usage(stdout);
             return -1;
@@ -232,9 +244,10 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
 
 /* ---- timing -------------------------------------------------------------------------------- */
 
-static double now(void) {
+/* Seconds on the wall clock, or of the calling thread's CPU time. */
+static double now(bool cpu) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(cpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -263,14 +276,40 @@ struct job {
     uint64_t buf_bytes;
     uint64_t sink;
     int iters;
-    double seconds; /* worker 0's time for the iterations */
+    bool cpu_time;          /* see struct opts */
+    _Atomic int64_t max_ns; /* the largest worker time of a run so far (cpu_time) */
+    double seconds;         /* the run's time for the iterations */
 };
+
+/* A worker's time for the run's iterations, t0 its clock at their start: worker 0's wall-clock
+ * time, or the largest worker's CPU time (every worker calls this before the run returns). */
+static void record_time(struct job *j, const struct fx_worker *w, double t0) {
+    double dt = now(j->cpu_time) - t0;
+    if (!j->cpu_time) {
+        if (w->ith == 0)
+            j->seconds = dt;
+        return;
+    }
+    int64_t ns = (int64_t)(dt * 1e9), seen = atomic_load(&j->max_ns);
+    while (ns > seen && !atomic_compare_exchange_weak(&j->max_ns, &seen, ns))
+        ;
+}
+
+/* Runs body over the job once; its time in j->seconds. */
+static bool run_once(struct fx_pool *pool, fx_par_fn body, struct job *j) {
+    atomic_store(&j->max_ns, 0);
+    if (fx_par_run(pool, body, j) != FX_OK)
+        return false;
+    if (j->cpu_time)
+        j->seconds = 1e-9 * (double)atomic_load(&j->max_ns);
+    return true;
+}
 
 static void matmul_body(const struct fx_worker *w, void *arg) {
     struct job *j = arg;
     int64_t k = j->mats[0].ne0;
     fx_par_barrier(w);
-    double t0 = now();
+    double t0 = now(j->cpu_time);
     for (int it = 0; it < j->iters; it++) {
         const struct fx_mat *m = &j->mats[it % j->n_mats];
         const void *act = j->x;
@@ -285,8 +324,7 @@ static void matmul_body(const struct fx_worker *w, void *arg) {
         fx_matmul(j->k, m, act, stride, j->rows, j->out, m->ne1, w->ith, w->nth, NULL);
         fx_par_barrier(w);
     }
-    if (w->ith == 0)
-        j->seconds = now() - t0;
+    record_time(j, w, t0);
 }
 
 /* 16 bytes as two 64-bit lanes (a GCC vector: SSE2 on any x86-64, no -m flag); the buffer is
@@ -300,7 +338,7 @@ static void read_body(const struct fx_worker *w, void *arg) {
     int64_t b, e;
     fx_par_range((int64_t)(j->buf_bytes / 64), w->ith, w->nth, 1, &b, &e);
     fx_par_barrier(w);
-    double t0 = now();
+    double t0 = now(j->cpu_time);
     u64x2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
     for (int it = 0; it < j->iters; it++) {
         const uint8_t *p = j->buf + b * 64, *end = j->buf + e * 64;
@@ -313,8 +351,8 @@ static void read_body(const struct fx_worker *w, void *arg) {
         }
         fx_par_barrier(w);
     }
+    record_time(j, w, t0);
     if (w->ith == 0) {
-        j->seconds = now() - t0;
         u64x2 t = s0 + s1 + s2 + s3;
         j->sink = t[0] + t[1];
     }
@@ -325,7 +363,7 @@ static double time_job(struct fx_pool *pool, fx_par_fn body, struct job *j, cons
     /* Calibrate: double the iterations until one run takes a tenth of min_time. */
     j->iters = 1;
     for (;;) {
-        if (fx_par_run(pool, body, j) != FX_OK)
+        if (!run_once(pool, body, j))
             return NAN;
         if (j->seconds >= 0.1 * o->min_time || j->iters >= 1 << 24)
             break;
@@ -336,7 +374,7 @@ static double time_job(struct fx_pool *pool, fx_par_fn body, struct job *j, cons
     double t[64];
     int runs = o->runs < 64 ? o->runs : 64;
     for (int r = 0; r < runs; r++) {
-        if (fx_par_run(pool, body, j) != FX_OK)
+        if (!run_once(pool, body, j))
             return NAN;
         t[r] = j->seconds / j->iters;
     }
@@ -463,7 +501,8 @@ static bool run_case(const struct fx_kernels *k, const struct copies *c, int row
                         .act = act,
                         .act_stride = act_stride,
                         .rows = rows,
-                        .out = out};
+                        .out = out,
+                        .cpu_time = o->cpu_time};
         res->seconds = time_job(pool, matmul_body, &j, o);
         res->gbs = (double)c->bytes / res->seconds * 1e-9;
         res->gflops = 2.0 * (double)m->ne0 * (double)m->ne1 * rows / res->seconds * 1e-9;
@@ -480,7 +519,7 @@ static double bandwidth(struct fx_pool *pool, int64_t bytes, const struct opts *
     if (!buf)
         return NAN;
     memset(buf, 1, (size_t)bytes); /* touch every page */
-    struct job j = {.buf = buf, .buf_bytes = (uint64_t)bytes};
+    struct job j = {.buf = buf, .buf_bytes = (uint64_t)bytes, .cpu_time = o->cpu_time};
     double s = time_job(pool, read_body, &j, o);
     free(buf);
     return (double)bytes / s * 1e-9;
@@ -501,8 +540,8 @@ int fx_cli_bench_kernels(int argc, char **argv) {
             goto done;
         }
     }
-    printf("# ferrox bench-kernels: medians of %d runs of >= %.2f s; weights %s\n", o.runs,
-           o.min_time,
+    printf("# ferrox bench-kernels: medians of %d runs of >= %.2f s of %s; weights %s\n", o.runs,
+           o.min_time, o.cpu_time ? "the largest worker CPU time" : "wall-clock time",
            o.cold_bytes ? "cycle through copies filling the cold working set" : "warm (one copy)");
     int64_t bw_bytes = o.cold_bytes ? o.cold_bytes : 64ll << 20;
     if (o.bandwidth)
