@@ -339,6 +339,39 @@ FX_TEST(kv_paged_create_params) {
 static const fx_token T[32] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
                                27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42};
 
+/* fx_kv_step_ahead tells attn_run where the next run's rows lie, group of 16 by group: the rows
+ * of each group up to the end of its block (blocks of 16: whole groups; of 24: every other
+ * group straddles a block and is told up to its end), and nothing past the run's n rows. */
+FX_TEST(kv_paged_step_ahead_names_the_next_runs_rows) {
+    struct fx_model *m = tiny();
+    for (int bs = 16; bs <= 24; bs += 8) {
+        struct fx_kv_pool *p = pool_new(m, 2 * 200 / bs + 2, bs, 2);
+        fx_token tokens[200];
+        for (int i = 0; i < 200; i++)
+            tokens[i] = i % 50;
+        fx_seq_id seq = new_seq_with(p, tokens, 200);
+        struct fx_kv_step s = {.kind = FX_KV_PAGED, .u.paged = {.pool = p, .seq = seq}};
+        int il = p->n_layer - 1, g = p->n_head_kv - 1;
+        for (int32_t n = 40; n <= FX_ATTN_RUN; n += FX_ATTN_RUN - 40) {
+            struct fx_kv_run keys = {0}, values = {0};
+            fx_kv_step_ahead(&s, il, 0, g, 64, n, &keys, &values);
+            for (int32_t b = 0; b < FX_ATTN_RUN / 16; b++) {
+                int32_t pos = 64 + 16 * b, rows = n - 16 * b < 0 ? 0 : n - 16 * b;
+                rows = rows < 16 ? rows : 16;
+                rows = rows < bs - pos % bs ? rows : bs - pos % bs;
+                assert_int_equal(keys.next.bytes[b], (uint64_t)rows * p->k_row);
+                assert_int_equal(values.next.bytes[b], (uint64_t)rows * p->v_row);
+                if (rows > 0) {
+                    assert_ptr_equal(keys.next.at[b], fx_kv_pool_k(p, seq, il, g, pos));
+                    assert_ptr_equal(values.next.at[b], fx_kv_pool_v(p, seq, il, g, pos));
+                }
+            }
+        }
+        fx_kv_pool_free(p);
+    }
+    fx_model_free(m);
+}
+
 FX_TEST(kv_paged_fork_truncate_free) {
     struct fx_model *m = tiny();
     struct fx_kv_pool *p = pool_new(m, 8, 4, 4);

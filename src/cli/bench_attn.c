@@ -48,7 +48,7 @@ static void attend_head(const struct attn_job *j, int il, int g, float *state, f
         fx_kv_step_values(&s, k, il, 0, g, t0, n, tile + FX_ATTN_RUN * hd, &values);
         int32_t next = j->depth - t0 - n < FX_ATTN_RUN ? j->depth - t0 - n : FX_ATTN_RUN;
         if (next > 0) /* as the decoder does */
-            fx_kv_step_prefetch(&s, il, 0, g, t0 + n, next);
+            fx_kv_step_ahead(&s, il, 0, g, t0 + n, next, &keys, &values);
         k->attn_run(&st, &first, &last, &keys, &values, n, 0.125f, 0.0f);
     }
     k->attn_finish(j->out + (int64_t)g * j->group * hd, hd, st.acc, st.m, st.l, NULL, j->group, hd);

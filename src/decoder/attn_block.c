@@ -99,8 +99,8 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
         /* The next run's rows come from memory while the kernel works on this one. */
         int32_t next = pos_max - (t0 + FX_ATTN_RUN) + 1;
         if (next > 0)
-            fx_kv_step_prefetch(&c->kv, kl, i0, g, t0 + FX_ATTN_RUN,
-                                next < FX_ATTN_RUN ? next : FX_ATTN_RUN);
+            fx_kv_step_ahead(&c->kv, kl, i0, g, t0 + FX_ATTN_RUN,
+                             next < FX_ATTN_RUN ? next : FX_ATTN_RUN, &keys, &values);
         k->attn_run(&st, first, last, &keys, &values, n_keys, hp->attn_scale, hp->attn_softcap);
     }
     for (int64_t r = 0; r < n; r++) {

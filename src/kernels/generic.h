@@ -146,6 +146,8 @@ typedef void (*fx_kv_load_fn)(enum fx_type type, const void *src, uint64_t src_s
 /* Rows 0 .. n - 1 of a run as f32 rows of dim floats at dst ([n][dim]), through load. */
 void fx_attn_rows_f32(fx_kv_load_fn load, const struct fx_kv_run *r, int64_t n, int64_t dim,
                       float *dst);
+/* Asks for all of keys->next and values->next into L1 at once (struct fx_kv_ahead). */
+void fx_attn_prefetch_next(const struct fx_kv_run *keys, const struct fx_kv_run *values);
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          const struct fx_kv_run *keys, const struct fx_kv_run *values,
                          int64_t n_keys, float scale, float softcap);

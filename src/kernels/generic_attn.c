@@ -50,9 +50,23 @@ void fx_attn_rows_f32(fx_kv_load_fn load, const struct fx_kv_run *r, int64_t n, 
         load(r->type, r->grp[j / 16], r->stride, n - j < 16 ? n - j : 16, dim, dst + j * dim, dim);
 }
 
+/* The cache lines of bytes bytes from p. */
+static void prefetch_span(const uint8_t *p, uint32_t bytes) {
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)p + bytes; a += 64)
+        __builtin_prefetch((const void *)a, 0, 3);
+}
+
+void fx_attn_prefetch_next(const struct fx_kv_run *keys, const struct fx_kv_run *values) {
+    for (int b = 0; b < FX_ATTN_RUN / 16; b++) {
+        prefetch_span(keys->next.at[b], keys->next.bytes[b]);
+        prefetch_span(values->next.at[b], values->next.bytes[b]);
+    }
+}
+
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          const struct fx_kv_run *key_run, const struct fx_kv_run *value_run,
                          int64_t n_keys, float scale, float softcap) {
+    fx_attn_prefetch_next(key_run, value_run);
     /* Every row's keys lie within the first n_keys: those rows as f32, keys then values. */
     const int64_t k_stride = st->dim_k, v_stride = st->dim_v;
     float *keys = st->rows, *values = st->rows + n_keys * k_stride;

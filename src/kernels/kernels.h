@@ -119,6 +119,13 @@ enum fx_rope_mode {
 /* Keys reach attn_run in runs of at most this many (the decoder cuts runs at its multiples). */
 #define FX_ATTN_RUN 64
 
+/* Where the next run's rows of the same kind lie, group of 16 by group: bytes[b] bytes from at[b]
+ * (0: none). attn_run asks the memory system for them while it works on this run. */
+struct fx_kv_ahead {
+    const uint8_t *at[FX_ATTN_RUN / 16];
+    uint32_t bytes[FX_ATTN_RUN / 16];
+};
+
 /* A run's key or value rows as they lie in a KV cache: row j of the run at
  * grp[j / 16] + (j % 16) * stride, in kv_store's encoding of `type` (f32, f16 or q8_0). Groups
  * of 16 rows, because a paged cache's blocks of 16 positions need not lie one after another. */
@@ -126,6 +133,7 @@ struct fx_kv_run {
     enum fx_type type;
     uint64_t stride; /* bytes between rows of a group */
     const uint8_t *grp[FX_ATTN_RUN / 16];
+    struct fx_kv_ahead next; /* the next run's rows, to prefetch (zeros: none) */
 };
 
 /* Running sums of an online-softmax attention for n_rows rows of `group` query heads that share
@@ -223,7 +231,9 @@ struct fx_kernels {
      * partial j mod 16 in key order, then partial i + partial i + 8, that + i + 4, + i + 2,
      * + i + 1 (a kernel may then hold a run's keys in lanes or its queries, to the same bits).
      * A query whose keys come in the same runs always gets the same bits, whatever the other
-     * queries of the state see (the decoder cuts runs at fixed absolute positions). */
+     * queries of the state see (the decoder cuts runs at fixed absolute positions). Prefetches
+     * keys->next and values->next (the rows of the next run) while it works, spread over its
+     * work where it can: a burst of a whole run's lines stalls the core until most arrive. */
     void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                      const struct fx_kv_run *keys, const struct fx_kv_run *values, int64_t n_keys,
                      float scale, float softcap);

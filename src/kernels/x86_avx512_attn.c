@@ -425,7 +425,7 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         return;
     /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64). */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
-    fx_avx512_attn_keys_t(st->kt, keys, dim, b0, b1, j1);
+    fx_avx512_attn_keys_t(st->kt, keys, values, dim, b0, b1, j1);
     enum fx_avx512_kt_form form = keys->type == FX_TYPE_F32   ? FX_KT_F32
                                   : keys->type == FX_TYPE_F16 ? FX_KT_F16
                                                               : FX_KT_Q8;
@@ -502,6 +502,7 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
         run_key_lanes(st, first, last, key_run, values, scale, softcap);
         return;
     }
+    fx_attn_prefetch_next(key_run, values);
     int64_t k_stride;
     const float *keys = keys_f32(st, key_run, n_keys, &k_stride);
     /* Scores, two vectors of queries at a time where there are two. */

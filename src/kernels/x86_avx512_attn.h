@@ -25,8 +25,9 @@ static inline int64_t fx_avx512_kt_q8_block(int64_t dim) {
 }
 
 /* x86_avx512_attn_kt.c: blocks b0 .. b1 of 16 keys of the run into kt in their type's form,
- * keys past j1 as 0 (they may lie past the run). kt: the memory of [dim][FX_ATTN_RUN] floats. */
-void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, int64_t dim, int64_t b0,
-                           int64_t b1, int64_t j1);
+ * keys past j1 as 0 (they may lie past the run). kt: the memory of [dim][FX_ATTN_RUN] floats.
+ * Prefetches keys->next and values->next a little at a time as it goes. */
+void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, const struct fx_kv_run *values,
+                           int64_t dim, int64_t b0, int64_t b1, int64_t j1);
 
 #endif

@@ -19,6 +19,26 @@ FORCE_INLINE const uint8_t *row_at(const struct fx_kv_run *r, int64_t j) {
     return r->grp[j / 16] + (uint64_t)(j % 16) * r->stride;
 }
 
+/* The next run's groups g0 .. g1 - 1 of keys and values (fx_kv_run.next), prefetched while a
+ * block of keys is transposed, a share at each of the block's `parts` steps: spread between the
+ * shuffles the lines arrive while the core works, where a burst of a whole run's lines (some 270
+ * with head size 128 and q8_0, 500 with f16) would stall it until most of them came. */
+struct ahead {
+    const struct fx_kv_ahead *kv[2];
+    int g0, g1;
+};
+
+FORCE_INLINE void ahead_part(const struct ahead *a, int64_t part, int64_t parts) {
+    for (int g = a->g0; g < a->g1; g++)
+        for (int kind = 0; kind < 2; kind++) {
+            uintptr_t p = (uintptr_t)a->kv[kind]->at[g], first = p & ~(uintptr_t)63;
+            uint32_t bytes = a->kv[kind]->bytes[g];
+            uint64_t lines = bytes ? (p + bytes - first + 63) / 64 : 0;
+            for (uint64_t l = lines * part / parts; l < lines * (part + 1) / parts; l++)
+                __builtin_prefetch((const void *)(first + 64 * l), 0, 3);
+        }
+}
+
 /* r[i] = the transpose of r: r[i] held row i of a 16 x 16 block of f32, now column i. */
 FORCE_INLINE void transpose16(__m512 r[16]) {
     __m512 t[16];
@@ -50,8 +70,10 @@ FORCE_INLINE void transpose16(__m512 r[16]) {
 }
 
 /* f32 keys, 16 elements a block: 16 rows of 16 in, 16 columns out (64 shuffles). */
-static void block_f32(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+static void block_f32(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim,
+                      const struct ahead *a) {
     for (int64_t i0 = 0; i0 < dim; i0 += 16) {
+        ahead_part(a, i0 / 16, dim / 16);
         __m512 r[16];
 #pragma GCC unroll 16
         for (int jj = 0; jj < 16; jj++)
@@ -93,10 +115,12 @@ FORCE_INLINE void transpose8_epi16(__m512i x[8]) {
  * register pairs their lanes, so that each 256-bit half is one element of 16 keys (64
  * shuffles). They stay halves in kt (uint16_t [dim][FX_ATTN_RUN]): the scores widen them as they
  * load them, which costs no more than a load of f32 and stores half the bytes. */
-static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim,
+                      const struct ahead *a) {
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
     const __m512i hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
     for (int64_t i0 = 0; i0 < dim; i0 += 32) {
+        ahead_part(a, i0 / 32, dim / 32);
         __m512i r[16];
 #pragma GCC unroll 16
         for (int jj = 0; jj < 16; jj++)
@@ -122,7 +146,8 @@ static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int
  * codes of four consecutive elements of 16 keys (32 shuffles), stored as they are: the scores
  * widen them and multiply by the keys' scales, which go beside them as f32. blk: the block's
  * codes [dim][16] then scales [dim / FX_QK][16] (fx_avx512_kt_q8_block). */
-static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim) {
+static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim,
+                       const struct ahead *ah) {
     /* the qwords of unpacklo_epi32 (y0) and unpackhi_epi32 (y1) that hold elements 4 t .. 4 t + 3
      * of the 16 keys, then 16 + 4 t .. 16 + 4 t + 3 */
     const __m512i first = _mm512_setr_epi64(0, 4, 1, 5, 8, 12, 9, 13);
@@ -130,6 +155,7 @@ static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int
     const uint64_t bs = sizeof(struct fx_block_q8_0);
     float *scales = (float *)(blk + dim * 16);
     for (int64_t qb = 0; qb < dim / FX_QK; qb++) {
+        ahead_part(ah, qb, dim / FX_QK);
         uint16_t d[16];
         __m512i x[8];
 #pragma GCC unroll 8
@@ -175,19 +201,22 @@ static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int
     }
 }
 
-void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, int64_t dim, int64_t b0,
-                           int64_t b1, int64_t j1) {
+void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, const struct fx_kv_run *values,
+                           int64_t dim, int64_t b0, int64_t b1, int64_t j1) {
+    const int nb = (int)(b1 - b0 + 1), ng = FX_ATTN_RUN / 16;
     for (int64_t b = b0; b <= b1; b++) {
-        int n = j1 - 16 * b + 1 < 16 ? (int)(j1 - 16 * b + 1) : 16;
+        int n = j1 - 16 * b + 1 < 16 ? (int)(j1 - 16 * b + 1) : 16, k = (int)(b - b0);
+        /* the next run's groups shared out over this run's blocks */
+        struct ahead a = {{&keys->next, &values->next}, ng * k / nb, ng * (k + 1) / nb};
         switch (keys->type) {
         case FX_TYPE_F32:
-            block_f32(kt + 16 * b, keys, 16 * b, n, dim);
+            block_f32(kt + 16 * b, keys, 16 * b, n, dim, &a);
             break;
         case FX_TYPE_F16:
-            block_f16((uint16_t *)kt + 16 * b, keys, 16 * b, n, dim);
+            block_f16((uint16_t *)kt + 16 * b, keys, 16 * b, n, dim, &a);
             break;
         case FX_TYPE_Q8_0:
-            block_q8_0((int8_t *)kt + b * fx_avx512_kt_q8_block(dim), keys, 16 * b, n, dim);
+            block_q8_0((int8_t *)kt + b * fx_avx512_kt_q8_block(dim), keys, 16 * b, n, dim, &a);
             break;
         default:
             FX_ASSERT(!"not a KV cache type");

@@ -151,10 +151,10 @@ void fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int
 void fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
                        int g, int32_t t0, int32_t n, float *tile, struct fx_kv_run *out);
 
-/* Asks the memory system for the rows fx_kv_step_keys / _values will read for positions
- * t0..t0+n-1 (the next run, while the kernel works on this one): a conversion into the tile
- * would otherwise wait for memory with nothing to overlap. */
-void fx_kv_step_prefetch(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0,
-                         int32_t n);
+/* Tells the runs keys and values (from fx_kv_step_keys / _values) where the next run's rows lie,
+ * positions t0..t0+n-1 (fx_kv_run.next), so that attn_run asks the memory system for them while
+ * it works on this run: a run would otherwise wait for memory with nothing to overlap. */
+void fx_kv_step_ahead(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0, int32_t n,
+                      struct fx_kv_run *keys, struct fx_kv_run *values);
 
 #endif

@@ -130,14 +130,18 @@ void fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, i
     run_rows(s, k, il, i, g, t0, n, head_dim(s, true), true, tile, out);
 }
 
-void fx_kv_step_prefetch(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0,
-                         int32_t n) {
-    for (int is_v = 0; is_v < 2; is_v++)
-        for (int32_t t = t0; t < t0 + n;) {
-            struct kv_place pl = place(s, il, i, g, t, is_v);
-            int32_t seg = pl.run < t0 + n - t ? pl.run : t0 + n - t;
-            for (uint64_t b = 0; b < (uint64_t)seg * pl.stride; b += 64)
-                __builtin_prefetch(pl.row + b, 0, 3);
-            t += seg;
+void fx_kv_step_ahead(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t t0, int32_t n,
+                      struct fx_kv_run *keys, struct fx_kv_run *values) {
+    for (int is_v = 0; is_v < 2; is_v++) {
+        struct fx_kv_ahead *a = is_v ? &values->next : &keys->next;
+        *a = (struct fx_kv_ahead){0};
+        /* group b's rows up to the end of its block (a group that straddles blocks is fetched
+         * in part; the kernel reads the rest from memory) */
+        for (int32_t b = 0; b * 16 < n; b++) {
+            struct kv_place pl = place(s, il, i, g, t0 + 16 * b, is_v);
+            int32_t rows = n - 16 * b < 16 ? n - 16 * b : 16;
+            a->at[b] = pl.row;
+            a->bytes[b] = (uint32_t)((uint64_t)(pl.run < rows ? pl.run : rows) * pl.stride);
         }
+    }
 }
