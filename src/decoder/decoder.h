@@ -241,6 +241,17 @@ static inline void fx_dec_own_rows(const struct fx_worker *w, int64_t n, int64_t
 void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
                           int64_t n_in, int nw, const struct fx_mat *const *ws);
 
+/* The same for columns [c0, c1) of those rows only, which must be whole blocks of every format
+ * involved (fx_dec_cols_whole_blocks): activation blocks and their metadata are made block by
+ * block, so the pieces of a row give the bytes of the whole row. */
+void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
+                          int64_t n_in, int64_t c0, int64_t c1, int nw,
+                          const struct fx_mat *const *ws);
+/* Whether columns [c0, c0 + width) at any multiple c0 of width are whole blocks of the
+ * activation formats of ws and of their metadata. */
+bool fx_dec_cols_whole_blocks(const struct fx_context *ctx, int64_t width, int nw,
+                              const struct fx_mat *const *ws);
+
 /* For this worker's rows: out = rms_norm(in) * weight, quantized for the matrices ws that read
  * it next. Ends with a barrier. */
 void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
