@@ -110,25 +110,10 @@ static struct fx_mat expert_mat(const struct fx_context *ctx, const struct fx_la
     return fx_experts_get(x[which], ctx->s.xused[u]);
 }
 
-/* Weight bytes of one piece of an expert's matrix (rounded to whole row units): the unit that
- * workers claim. In decode a used expert's matrix is about 1 MiB (qwen35moe: 512 x 2048 Q8_0),
- * so a static half of each left a worker that the machine slowed down holding the other at
- * every barrier; pieces this size keep both busy to the end of a pass, and the claim (one
- * atomic add) costs nothing beside the microseconds a piece streams. */
-#define EXPERT_PIECE_BYTES (128 * 1024)
-
-/* Rows of one claimed piece of m. */
-static int64_t piece_rows(const struct fx_mat *m) {
-    int64_t rows = EXPERT_PIECE_BYTES / (int64_t)m->row_bytes;
-    rows = (rows + FX_MATMUL_ROW_UNIT - 1) / FX_MATMUL_ROW_UNIT * FX_MATMUL_ROW_UNIT;
-    return rows > 0 ? rows : FX_MATMUL_ROW_UNIT;
-}
-
-/* One claimed pass of matmuls over the used experts [u0, u1): out[i] rows of their slots = the
+/* One pass of matmuls over the used experts [u0, u1): out[i] rows of their slots = the
  * slots' input rows times matrix which[i] of each expert (the nm matrices have the same rows:
  * gate and up, or down alone), and optionally the pieces of one dense matrix beside them (the
- * shared expert's down projection), so that no worker waits at a barrier while another still
- * has a whole matmul to stream. */
+ * shared expert's down projection), which then needs no barrier of its own. */
 struct experts_pass {
     int nm;
     int which[2]; /* expert_mat's which: 0 gate, 1 up, 2 down */
@@ -144,40 +129,31 @@ struct experts_pass {
     float *dense_out;
 };
 
-/* The workers claim (expert, piece) units across all the experts, then the dense matrix's
- * pieces; a row's result does not depend on who computes it or in which piece. No barrier. */
+/* Each worker takes its static share of the rows of every matrix of the pass (a split into
+ * claimed pieces of about 128 KiB was slower in a quiet window: docs/PERFORMANCE.md). No
+ * barrier. */
 static void experts_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                                       const struct fx_layer *l, int il, int32_t u0, int32_t u1,
                                       const struct experts_pass *ps) {
     const struct fx_scratch *s = &ctx->s;
-    struct fx_mat first = expert_mat(ctx, l, il, u0, ps->which[0]);
-    int64_t rows = piece_rows(&first), per = (first.ne1 + rows - 1) / rows;
-    int64_t n_exp_units = (u1 - u0) * per, n_units = n_exp_units, dense_rows = 0, p;
-    if (ps->dense) {
-        dense_rows = piece_rows(ps->dense);
-        n_units += (ps->dense->ne1 + dense_rows - 1) / dense_rows;
-    }
-    while (fx_par_claim(w, n_units, &p)) {
-        uint64_t stride;
-        if (p >= n_exp_units) {
-            const struct fx_mat *m = ps->dense;
-            int64_t p0 = (p - n_exp_units) * dense_rows;
-            const void *act = fx_dec_act_rows(ctx, m->type, ps->dense_src, ps->dense_n_in,
-                                              ps->dense_row0, &stride);
-            fx_matmul_rows(ctx->k, m, p0, p0 + dense_rows, act, stride, ps->dense_n, ps->dense_out,
-                           m->ne1, fx_dec_act_meta(ctx, m->type, ps->dense_n_in, ps->dense_row0));
-            continue;
-        }
-        int32_t u = u0 + (int32_t)(p / per);
-        int64_t e = s->xused[u], p0 = p % per * rows;
+    uint64_t stride;
+    for (int32_t u = u0; u < u1; u++) {
+        int64_t e = s->xused[u];
         int64_t r0 = s->expert_off[e], nr = s->expert_off[e + 1] - r0;
         int64_t src_row = ps->one_row ? 0 : r0;
         for (int i = 0; i < ps->nm; i++) {
             struct fx_mat m = expert_mat(ctx, l, il, u, ps->which[i]);
             const void *act = fx_dec_act_rows(ctx, m.type, ps->src, ps->n_in, src_row, &stride);
-            fx_matmul_rows(ctx->k, &m, p0, p0 + rows, act, stride, nr, ps->out[i] + r0 * m.ne1,
-                           m.ne1, fx_dec_act_meta(ctx, m.type, ps->n_in, src_row));
+            fx_matmul(ctx->k, &m, act, stride, nr, ps->out[i] + r0 * m.ne1, m.ne1, w->ith, w->nth,
+                      fx_dec_act_meta(ctx, m.type, ps->n_in, src_row));
         }
+    }
+    if (ps->dense) {
+        const struct fx_mat *m = ps->dense;
+        const void *act =
+            fx_dec_act_rows(ctx, m->type, ps->dense_src, ps->dense_n_in, ps->dense_row0, &stride);
+        fx_matmul(ctx->k, m, act, stride, ps->dense_n, ps->dense_out, m->ne1, w->ith, w->nth,
+                  fx_dec_act_meta(ctx, m->type, ps->dense_n_in, ps->dense_row0));
     }
 }
 
