@@ -112,7 +112,7 @@ static struct fx_mat expert_mat(const struct fx_context *ctx, const struct fx_la
 
 /* One pass of matmuls over the used experts [u0, u1): out[i] rows of their slots = the
  * slots' input rows times matrix which[i] of each expert (the nm matrices have the same rows:
- * gate and up, or down alone), and optionally the pieces of one dense matrix beside them (the
+ * gate and up, or down alone), and optionally one dense matrix after them (the
  * shared expert's down projection), which then needs no barrier of its own. */
 struct experts_pass {
     int nm;
