@@ -128,8 +128,12 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->ry = reserve(p, rec * value_dim, f4);
     o->shexp = reserve(p, hp->n_ff_shexp > 0 ? nb : 0, f4);
     o->mtp_in = reserve(p, hp->n_nextn > 0 ? nb * 2 * e : 0, f4);
-    o->gate = reserve(p, nf * ff, f4);
-    o->up = reserve(p, nf * ff, f4);
+    /* Rows of the FFN hidden buffers (gate, up and their activation rows): a mixture with a
+     * shared expert keeps that expert's rows after the routed slots' (moe_block.c,
+     * shared_row0), which takes up to n_batch + 1 rows more. */
+    uint64_t nh = nf + (hp->n_ff_shexp > 0 ? nb + 1 : 0);
+    o->gate = reserve(p, nh * ff, f4);
+    o->up = reserve(p, nh * ff, f4);
     o->attn_state = reserve(p, (uint64_t)n_threads * (uint64_t)ctx->attn_state_per_worker, f4);
     o->kv_tile = reserve(p, (uint64_t)n_threads * 2 * FX_ATTN_RUN * (uint64_t)ctx->kv_tile_dim, f4);
     o->att_start = reserve(p, nb + 1, sizeof(int32_t));
@@ -154,12 +158,12 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
         o->act[t] = UINT64_MAX;
         o->act_meta[t] = UINT64_MAX;
         if (widest_w[t] != 0)
-            o->act_meta[t] = reserve(p, nf, fx_act_meta_bytes((int64_t)widest_w[t]));
+            o->act_meta[t] = reserve(p, nh, fx_act_meta_bytes((int64_t)widest_w[t]));
         if (t == FX_TYPE_F32 || widest[t] == 0)
             continue;
         if (!fx_type_row_bytes((enum fx_type)t, (int64_t)widest[t], &row))
             p->overflow = true;
-        o->act[t] = reserve(p, nf, row);
+        o->act[t] = reserve(p, nh, row);
     }
 
     uint64_t n_exp = (uint64_t)hp->n_expert, k_used = (uint64_t)hp->n_expert_used;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/types.h"
 
 /* Bytes of one activation row of n_in elements in `type`. Every input width of a model is a whole
  * number of blocks of the formats its matrices are dotted with (the loader checked the shapes). */
@@ -16,8 +17,9 @@ static uint64_t act_row_bytes(enum fx_type type, int64_t n_in) {
     return bytes;
 }
 
-void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
-                          int64_t n_in, int nw, const struct fx_mat *const *ws) {
+void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
+                          int64_t n_in, int64_t c0, int64_t c1, int nw,
+                          const struct fx_mat *const *ws) {
     const struct fx_kernels *k = ctx->k;
     uint64_t done = 0; /* bit t: rows already quantized to type t */
     for (int i = 0; i < nw; i++) {
@@ -25,22 +27,40 @@ void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_
         if (t == FX_TYPE_F32 || (done >> t) & 1)
             continue;
         done |= 1ull << t;
-        uint64_t stride = act_row_bytes(t, n_in);
+        uint64_t stride = act_row_bytes(t, n_in), skip = act_row_bytes(t, c0);
         for (int64_t r = r0; r < r1; r++)
-            k->types[t].quantize_act(src + r * n_in, (uint8_t *)ctx->s.act[t] + r * stride, n_in);
+            k->types[t].quantize_act(src + r * n_in + c0,
+                                     (uint8_t *)ctx->s.act[t] + r * stride + skip, c1 - c0);
     }
-    /* The rows' metadata for each weight format that reads some, from the rows just made. */
+    /* The rows' metadata for each weight format that reads some, from the blocks just made. */
     uint64_t meta_done = 0; /* bit t: metadata made for weight format t */
     for (int i = 0; i < nw; i++) {
         enum fx_type wt = ws[i]->type, t = k->types[wt].vec_dot_type;
         if (!k->types[wt].act_meta || (meta_done >> wt) & 1)
             continue;
         meta_done |= 1ull << wt;
-        uint64_t stride = act_row_bytes(t, n_in);
+        uint64_t stride = act_row_bytes(t, n_in), skip = act_row_bytes(t, c0);
         for (int64_t r = r0; r < r1; r++)
-            k->types[wt].act_meta((uint8_t *)ctx->s.act[t] + r * stride, n_in,
-                                  fx_dec_act_meta(ctx, wt, n_in, r));
+            k->types[wt].act_meta((uint8_t *)ctx->s.act[t] + r * stride + skip, c1 - c0,
+                                  (uint8_t *)fx_dec_act_meta(ctx, wt, n_in, r) +
+                                      fx_act_meta_bytes(c0));
     }
+}
+
+bool fx_dec_cols_whole_blocks(const struct fx_context *ctx, int64_t width, int nw,
+                              const struct fx_mat *const *ws) {
+    for (int i = 0; i < nw; i++) {
+        enum fx_type t = ctx->k->types[ws[i]->type].vec_dot_type;
+        if (width % fx_type_block_elems(t) != 0 ||
+            (ctx->k->types[ws[i]->type].act_meta && width % FX_QK != 0))
+            return false;
+    }
+    return true;
+}
+
+void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
+                          int64_t n_in, int nw, const struct fx_mat *const *ws) {
+    fx_dec_quantize_cols(ctx, src, r0, r1, n_in, 0, n_in, nw, ws);
 }
 
 void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,

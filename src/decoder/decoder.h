@@ -42,7 +42,9 @@ struct fx_moe_step {
 };
 
 /* Scratch for up to n_batch rows per chunk. n_ffn_rows is n_batch for dense models and
- * n_batch * n_expert_used for mixtures of experts (one row per selected expert). */
+ * n_batch * n_expert_used for mixtures of experts (one row per selected expert); n_hidden_rows
+ * is n_ffn_rows, plus n_batch + 1 for mixtures with a shared expert, whose rows follow the
+ * routed slots' in the same pass (moe_block.c). */
 struct fx_scratch {
     float *x;           /* [n_batch][n_embd] residual stream */
     float *xn;          /* [n_batch][n_embd] normed input of the current block */
@@ -53,8 +55,8 @@ struct fx_scratch {
     float *h;           /* [n_batch][n_embd] a block's output before the residual add */
     float *qg;          /* [n_batch][n_head][2][head_dim] Q with its output gate (gated
                          * attention layers; NULL for models without them) */
-    float *gate;        /* [n_ffn_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
-    float *up;          /* [n_ffn_rows][n_ff_max] */
+    float *gate;        /* [n_hidden_rows][n_ff_max] FFN hidden: gate, then act(gate) * up */
+    float *up;          /* [n_hidden_rows][n_ff_max] */
     float *attn_state;  /* [n_threads][attn_state_per_worker]: each worker's struct
                          * fx_attn_state memory for a block of FX_ATT_BLOCK_ROWS rows */
     float *kv_tile;     /* [n_threads][2][FX_ATTN_RUN][kv_tile_dim]: each worker's run of keys
@@ -64,11 +66,11 @@ struct fx_scratch {
                          * one sequence, at most FX_ATT_BLOCK_ROWS), then n */
     /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
      * it does not use, and for F32, which reads the f32 rows directly):
-     * [n_ffn_rows][act_row_bytes[type]]. */
+     * [n_hidden_rows][act_row_bytes[type]]. */
     void *act[FX_TYPE_COUNT];
     /* The metadata of those rows for each weight format whose matmul reads some (NULL for the
      * others), made once per row for every matmul (and piece of one) that reads the row:
-     * [n_ffn_rows][fx_act_meta_bytes(row length)]. */
+     * [n_hidden_rows][fx_act_meta_bytes(row length)]. */
     void *act_meta[FX_TYPE_COUNT];
     /* Mixture of experts. */
     float *router;        /* [n_batch][n_expert] router logits */
@@ -238,6 +240,17 @@ static inline void fx_dec_own_rows(const struct fx_worker *w, int64_t n, int64_t
  * that is not dotted with f32 rows. No barrier. */
 void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
                           int64_t n_in, int nw, const struct fx_mat *const *ws);
+
+/* The same for columns [c0, c1) of those rows only, which must be whole blocks of every format
+ * involved (fx_dec_cols_whole_blocks): activation blocks and their metadata are made block by
+ * block, so the pieces of a row give the bytes of the whole row. */
+void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
+                          int64_t n_in, int64_t c0, int64_t c1, int nw,
+                          const struct fx_mat *const *ws);
+/* Whether columns [c0, c0 + width) at any multiple c0 of width are whole blocks of the
+ * activation formats of ws and of their metadata. */
+bool fx_dec_cols_whole_blocks(const struct fx_context *ctx, int64_t width, int nw,
+                              const struct fx_mat *const *ws);
 
 /* For this worker's rows: out = rms_norm(in) * weight, quantized for the matrices ws that read
  * it next. Ends with a barrier. */

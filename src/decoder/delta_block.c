@@ -143,17 +143,22 @@ static void head_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_
  * heads' delta rule and gated norm. A group reads and writes only its own channels, heads and
  * state, so the groups need no barrier between these steps. */
 static void group_rows(const struct fx_chunk *c, const struct fx_layer *l, int64_t hk,
-                       int64_t conv_dim, float *work) {
-    const struct fx_hparams *hp = &c->f->ctx->model->hp;
+                       int64_t conv_dim, bool quantize_y, float *work) {
+    const struct fx_context *ctx = c->f->ctx;
+    const struct fx_hparams *hp = &ctx->model->hp;
     int64_t d = hp->ssm_d_state, n_hk = hp->n_ssm_k_heads, n_hv = hp->n_ssm_v_heads;
     int64_t key_dim = d * n_hk;
+    const struct fx_mat *out[1] = {&l->ssm_out};
     conv_channels(c, l, hk * d, (hk + 1) * d, conv_dim);
     conv_channels(c, l, key_dim + hk * d, key_dim + (hk + 1) * d, conv_dim);
     for (int64_t hv = hk; hv < n_hv; hv += n_hk)
         conv_channels(c, l, 2 * key_dim + hv * d, 2 * key_dim + (hv + 1) * d, conv_dim);
     gates_rows(c, l, hk, conv_dim);
-    for (int64_t hv = hk; hv < n_hv; hv += n_hk)
+    for (int64_t hv = hk; hv < n_hv; hv += n_hk) {
         head_rows(c, l, hv, conv_dim, work);
+        if (quantize_y)
+            fx_dec_quantize_cols(ctx, ctx->s.ry, 0, c->n, d * n_hv, hv * d, (hv + 1) * d, 1, out);
+    }
 }
 
 void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
@@ -171,20 +176,26 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
     fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
     fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 4, in, in_out);
 
-    /* The K-head groups are independent; each worker claims whole groups. */
+    /* The K-head groups are independent; each worker claims whole groups, and quantizes its
+     * heads' blocks of y for the output projection when the heads are whole blocks of its
+     * activation format (Q8_0 and the 32-wide formats; not Q8_K, whose blocks span two heads
+     * of 128), which saves a barrier; otherwise the rows' owners quantize y after the pass. */
+    const struct fx_mat *out[1] = {&l->ssm_out};
+    bool quantize_y = fx_dec_cols_whole_blocks(ctx, hp->ssm_d_state, 1, out);
     float *work = s->rwork + (int64_t)w->ith * FX_DELTA_CHUNK * 2 * hp->ssm_d_state;
     for (int64_t hk; fx_par_claim(w, hp->n_ssm_k_heads, &hk);)
-        group_rows(c, l, hk, conv_dim, work);
+        group_rows(c, l, hk, conv_dim, quantize_y, work);
     fx_par_barrier(w);
     fx_dec_dump(w, c, "conv", il, s->rconv, n, conv_dim);
     fx_dec_dump(w, c, "ssm_y", il, s->ry, n, value_dim);
 
-    const struct fx_mat *out[1] = {&l->ssm_out};
     float *out_out[1] = {s->h};
     int64_t b, e;
     fx_dec_own_rows(w, n, &b, &e);
-    fx_dec_quantize_rows(ctx, s->ry, b, e, value_dim, 1, out);
-    fx_par_barrier(w);
+    if (!quantize_y) {
+        fx_dec_quantize_rows(ctx, s->ry, b, e, value_dim, 1, out);
+        fx_par_barrier(w);
+    }
     fx_dec_matmuls_on_worker(w, ctx, s->ry, n, value_dim, 1, out, out_out);
     for (int64_t i = b; i < e; i++)
         ctx->k->add(s->x + i * dim, s->x + i * dim, s->h + i * dim, dim);

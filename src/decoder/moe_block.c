@@ -110,20 +110,50 @@ static struct fx_mat expert_mat(const struct fx_context *ctx, const struct fx_la
     return fx_experts_get(x[which], ctx->s.xused[u]);
 }
 
-/* out rows of the slots of used experts [u0, u1) = act rows of those slots times the experts'
- * matrix `which`. No barrier. */
-static void experts_matmul_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                     const struct fx_layer *l, int il, int which, int32_t u0,
-                                     int32_t u1, const float *src, int64_t n_in, float *out) {
+/* One pass of matmuls over the used experts [u0, u1): out[i] rows of their slots = the
+ * slots' input rows times matrix which[i] of each expert (the nm matrices have the same rows:
+ * gate and up, or down alone), and optionally one dense matrix after them (the
+ * shared expert's down projection), which then needs no barrier of its own. */
+struct experts_pass {
+    int nm;
+    int which[2]; /* expert_mat's which: 0 gate, 1 up, 2 down */
+    float *out[2];
+    const float *src; /* the inputs, quantized: [slots][n_in], or the step's one row */
+    int64_t n_in;
+    bool one_row; /* a step of one row, which every slot reads in place (src row 0, no gather) */
+    /* NULL, or the dense matrix: dense_out [dense_n][ne1] from rows dense_row0.. of dense_src
+     * ([.][dense_n_in], quantized). */
+    const struct fx_mat *dense;
+    const float *dense_src;
+    int64_t dense_n_in, dense_row0, dense_n;
+    float *dense_out;
+};
+
+/* Each worker takes its static share of the rows of every matrix of the pass (a split into
+ * claimed pieces of about 128 KiB was slower in a quiet window: docs/PERFORMANCE.md). No
+ * barrier. */
+static void experts_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
+                                      const struct fx_layer *l, int il, int32_t u0, int32_t u1,
+                                      const struct experts_pass *ps) {
     const struct fx_scratch *s = &ctx->s;
+    uint64_t stride;
     for (int32_t u = u0; u < u1; u++) {
-        int32_t e = s->xused[u];
+        int64_t e = s->xused[u];
         int64_t r0 = s->expert_off[e], nr = s->expert_off[e + 1] - r0;
-        struct fx_mat m = expert_mat(ctx, l, il, u, which);
-        uint64_t stride;
-        const void *act = fx_dec_act_rows(ctx, m.type, src, n_in, r0, &stride);
-        fx_matmul(ctx->k, &m, act, stride, nr, out + r0 * m.ne1, m.ne1, w->ith, w->nth,
-                  fx_dec_act_meta(ctx, m.type, n_in, r0));
+        int64_t src_row = ps->one_row ? 0 : r0;
+        for (int i = 0; i < ps->nm; i++) {
+            struct fx_mat m = expert_mat(ctx, l, il, u, ps->which[i]);
+            const void *act = fx_dec_act_rows(ctx, m.type, ps->src, ps->n_in, src_row, &stride);
+            fx_matmul(ctx->k, &m, act, stride, nr, ps->out[i] + r0 * m.ne1, m.ne1, w->ith, w->nth,
+                      fx_dec_act_meta(ctx, m.type, ps->n_in, src_row));
+        }
+    }
+    if (ps->dense) {
+        const struct fx_mat *m = ps->dense;
+        const void *act =
+            fx_dec_act_rows(ctx, m->type, ps->dense_src, ps->dense_n_in, ps->dense_row0, &stride);
+        fx_matmul(ctx->k, m, act, stride, ps->dense_n, ps->dense_out, m->ne1, w->ith, w->nth,
+                  fx_dec_act_meta(ctx, m->type, ps->dense_n_in, ps->dense_row0));
     }
 }
 
@@ -135,28 +165,16 @@ static void add_expert_bias(const struct fx_context *ctx, float *rows, const flo
                     dim);
 }
 
-/* The shared expert of every row, from the gate and up projections already in gate and up
- * ([n][n_ff_shexp]) and the gate logit in shexp ([n]): h = sigmoid(logit) * down(act(gate) * up),
- * which the routed experts leave alone until it is added. The matmul's barrier ends every read
- * of gate and up before the routed experts write them. */
-static void shared_expert_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
-                                    const struct fx_layer *l) {
-    const struct fx_context *ctx = c->f->ctx;
-    const struct fx_scratch *s = &ctx->s;
-    int64_t dim = ctx->model->hp.n_embd, ff = ctx->model->hp.n_ff_shexp, n = c->n;
-    const struct fx_mat *down[1] = {&l->shexp_down};
-    float *down_out[1] = {s->h};
-    int64_t b, e;
-    fx_dec_own_rows(w, n, &b, &e);
-    fx_dec_gated_act_rows(ctx, s->gate, s->up, ff, b, e);
-    fx_dec_quantize_rows(ctx, s->gate, b, e, ff, 1, down);
-    fx_par_barrier(w);
-    fx_dec_matmuls_on_worker(w, ctx, s->gate, n, ff, 1, down, down_out);
-    for (int64_t i = b; i < e; i++) {
-        float g;
-        ctx->k->act[FX_ACT_SIGMOID](&g, s->shexp + i, 1);
-        ctx->k->scale(s->h + i * dim, s->h + i * dim, g, dim);
-    }
+/* The shared expert (qwen35moe) runs beside the routed experts: its gate and up projections with
+ * the router, its gated activation with theirs, its down projection in their pass (into h), so
+ * that it adds no barrier of its own. Its hidden rows follow the routed slots' in gate, up and
+ * the activation rows, at a row (of its own width) past the last routed slot's end: rows
+ * shared_row0 .. + n. Activation and metadata rows grow in proportion to the row's width, so
+ * the same row index clears the routed rows in every buffer. */
+static int64_t shared_row0(const struct fx_context *ctx, int64_t n) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    int64_t routed = n * hp->n_expert_used * hp->n_ff_exp;
+    return (routed + hp->n_ff_shexp - 1) / hp->n_ff_shexp;
 }
 
 /* Lookahead: the router of layer il_next (moe_lookahead layers on) on this layer's input rows
@@ -277,33 +295,71 @@ static bool next_round_on_worker(const struct fx_worker *w, const struct fx_cont
     return fx_par_broadcast(w, w->ith == 0 && st->begin < st->n_used) != 0;
 }
 
+/* Rows [b, e) of a round's hidden rows, which list the round's slots r0..r1 and then, when
+ * shared, the shared expert's n rows: bias (gpt-oss), gated activation, and quantization for
+ * the down projections. */
+static void hidden_rows(const struct fx_context *ctx, const struct fx_layer *l, int64_t r0,
+                        int64_t r1, bool shared, int64_t n, int64_t b, int64_t e) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_scratch *s = &ctx->s;
+    const struct fx_mat *down[1] = {&l->down_exps.per}, *shared_down[1] = {&l->shexp_down};
+    int64_t nr = r1 - r0, n_ff = hp->n_ff_exp;
+    int64_t rb = r0 + (b < nr ? b : nr), re = r0 + (e < nr ? e : nr);
+    if (l->gate_exps_b) {
+        add_expert_bias(ctx, s->gate, l->gate_exps_b, n_ff, rb, re);
+        add_expert_bias(ctx, s->up, l->up_exps_b, n_ff, rb, re);
+    }
+    fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, rb, re);
+    fx_dec_quantize_rows(ctx, s->gate, rb, re, n_ff, 1, down);
+    if (!shared || e <= nr)
+        return;
+    int64_t row0 = shared_row0(ctx, n), ff = hp->n_ff_shexp;
+    int64_t sb = row0 + (b > nr ? b - nr : 0), se = row0 + (e - nr);
+    fx_dec_gated_act_rows(ctx, s->gate, s->up, ff, sb, se);
+    fx_dec_quantize_rows(ctx, s->gate, sb, se, ff, 1, shared_down);
+}
+
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
     const struct fx_scratch *s = &ctx->s;
     struct fx_xcache *xc = ctx->model->xcache;
-    int64_t dim = hp->n_embd, n_ff = hp->n_ff_exp, n = c->n;
+    int64_t dim = hp->n_embd, n = c->n;
     int64_t n_slots = n * hp->n_expert_used;
     int64_t b, e;
     if (s->xstep->st)
         return; /* an earlier layer failed to read its experts: the call returns that error */
 
-    /* The router and, when the layer has one, the shared expert's gate and input projections. */
-    const struct fx_mat *router[4] = {&l->router, &l->shexp_gate_inp, &l->shexp_gate, &l->shexp_up};
-    float *router_out[4] = {s->router, s->shexp, s->gate, s->up};
-    int n_router = l->shexp_gate.data ? 4 : 1;
-    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, n_router, router);
-    fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
-    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, n_router, router, router_out);
-    /* The lookahead uses h as scratch, so it runs before the shared expert writes its output
-     * there. */
     int il_next = il + ctx->model->moe_lookahead;
     bool ahead = xc && il_next > il && il_next < hp->n_layer;
+    /* A decode step's slots all read its one row: the routed experts take it from the norm's
+     * activation row in place, without a gather. Not with an expert cache: the lookahead reuses
+     * that row, and a round's activation rows for its down projections overwrite it before a
+     * later round reads it. */
+    bool one_row = n == 1 && !xc;
+    bool shared = l->shexp_gate.data != NULL;
+    int64_t srow0 = shared ? shared_row0(ctx, n) : 0, ff_sh = hp->n_ff_shexp;
+
+    /* The router and, when the layer has one, the shared expert's gate and input projections. */
+    const struct fx_mat *router[6] = {&l->router,   &l->shexp_gate_inp, &l->shexp_gate,
+                                      &l->shexp_up, &l->gate_exps.per,  &l->up_exps.per};
+    float *router_out[4] = {s->router, s->shexp, s->gate + srow0 * ff_sh, s->up + srow0 * ff_sh};
+    int n_router = shared ? 4 : 1;
+    const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};
+    const struct fx_mat *quant[6];
+    int n_quant = 0;
+    for (int i = 0; i < n_router; i++)
+        quant[n_quant++] = router[i];
+    if (one_row) {
+        quant[n_quant++] = gate_up[0];
+        quant[n_quant++] = gate_up[1];
+    }
+    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, n_quant, quant);
+    fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, n_router, router, router_out);
     if (ahead)
         lookahead_router_on_worker(w, c, il_next);
-    if (l->shexp_gate.data)
-        shared_expert_on_worker(w, c, l);
 
     fx_dec_own_rows(w, n, &b, &e);
     for (int64_t i = b; i < e; i++)
@@ -323,36 +379,54 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     fx_par_barrier(w);
 
     /* Each worker gathers and quantizes its share of the grouped slots. */
-    const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};
-    const struct fx_mat *down[1] = {&l->down_exps.per};
-    fx_par_range(n_slots, w->ith, w->nth, 1, &b, &e);
-    for (int64_t r = b; r < e; r++)
-        memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim, (size_t)dim * sizeof(float));
-    fx_dec_quantize_rows(ctx, s->xg, b, e, dim, 2, gate_up);
-    fx_par_barrier(w);
+    if (!one_row) {
+        fx_par_range(n_slots, w->ith, w->nth, 1, &b, &e);
+        for (int64_t r = b; r < e; r++)
+            memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim,
+                   (size_t)dim * sizeof(float));
+        fx_dec_quantize_rows(ctx, s->xg, b, e, dim, 2, gate_up);
+        fx_par_barrier(w);
+    }
 
+    struct experts_pass gate_up_pass = {
+        .nm = 2,
+        .which = {0, 1},
+        .out = {s->gate, s->up},
+        .src = one_row ? s->xn : s->xg,
+        .n_in = dim,
+        .one_row = one_row,
+    };
+    struct experts_pass down_pass = {
+        .nm = 1,
+        .which = {2},
+        .out = {s->yg},
+        .src = s->gate,
+        .n_in = hp->n_ff_exp,
+        .dense_src = s->gate,
+        .dense_n_in = ff_sh,
+        .dense_row0 = srow0,
+        .dense_n = n,
+        .dense_out = s->h,
+    };
     struct fx_moe_step *st = s->xstep;
     do {
         if (!round_ready_on_worker(w, ctx))
             return;
         int32_t u0 = st->begin, u1 = st->end;
-        experts_matmul_on_worker(w, ctx, l, il, 0, u0, u1, s->xg, dim, s->gate);
-        experts_matmul_on_worker(w, ctx, l, il, 1, u0, u1, s->xg, dim, s->up);
+        experts_matmuls_on_worker(w, ctx, l, il, u0, u1, &gate_up_pass);
         fx_par_barrier(w);
 
-        /* The round's slots, shared among the workers. */
+        /* The round's slots and, in the last round, the shared expert's rows, shared among
+         * the workers; then the round's down projections with the shared expert's. Not
+         * earlier: the shared expert's activation rows may lie over the inputs (xg's
+         * activation rows) of a later round's slots. */
+        bool with_shared = shared && u1 == st->n_used;
         int64_t r0 = s->expert_off[s->xused[u0]], r1 = s->expert_off[s->xused[u1 - 1] + 1];
-        fx_par_range(r1 - r0, w->ith, w->nth, 1, &b, &e);
-        b += r0;
-        e += r0;
-        if (l->gate_exps_b) {
-            add_expert_bias(ctx, s->gate, l->gate_exps_b, n_ff, b, e);
-            add_expert_bias(ctx, s->up, l->up_exps_b, n_ff, b, e);
-        }
-        fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, b, e);
-        fx_dec_quantize_rows(ctx, s->gate, b, e, n_ff, 1, down);
+        fx_par_range(r1 - r0 + (with_shared ? n : 0), w->ith, w->nth, 1, &b, &e);
+        hidden_rows(ctx, l, r0, r1, with_shared, n, b, e);
         fx_par_barrier(w);
-        experts_matmul_on_worker(w, ctx, l, il, 2, u0, u1, s->gate, n_ff, s->yg);
+        down_pass.dense = with_shared ? &l->shexp_down : NULL;
+        experts_matmuls_on_worker(w, ctx, l, il, u0, u1, &down_pass);
         fx_par_barrier(w);
     } while (next_round_on_worker(w, ctx, il));
 
@@ -368,8 +442,12 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
             ctx->k->axpy(s->x + i * dim, s->yg + slot * dim, s->sel_w[i * hp->n_expert_used + k],
                          dim);
         }
-        if (l->shexp_gate.data)
+        if (shared) { /* h = sigmoid(logit) * the shared expert's output */
+            float g;
+            ctx->k->act[FX_ACT_SIGMOID](&g, s->shexp + i, 1);
+            ctx->k->scale(s->h + i * dim, s->h + i * dim, g, dim);
             ctx->k->add(s->x + i * dim, s->x + i * dim, s->h + i * dim, dim);
+        }
     }
     fx_dec_dump(w, c, "l_out", il, s->x, n, dim);
 }
