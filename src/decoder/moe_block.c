@@ -342,12 +342,11 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     int64_t srow0 = shared ? shared_row0(ctx, n) : 0, ff_sh = hp->n_ff_shexp;
 
     /* The router and, when the layer has one, the shared expert's gate and input projections. */
-    const struct fx_mat *router[6] = {&l->router,   &l->shexp_gate_inp, &l->shexp_gate,
-                                      &l->shexp_up, &l->gate_exps.per,  &l->up_exps.per};
+    const struct fx_mat *router[4] = {&l->router, &l->shexp_gate_inp, &l->shexp_gate, &l->shexp_up};
     float *router_out[4] = {s->router, s->shexp, s->gate + srow0 * ff_sh, s->up + srow0 * ff_sh};
     int n_router = shared ? 4 : 1;
     const struct fx_mat *gate_up[2] = {&l->gate_exps.per, &l->up_exps.per};
-    const struct fx_mat *quant[6];
+    const struct fx_mat *quant[6]; /* the router's formats, and the experts' when one_row */
     int n_quant = 0;
     for (int i = 0; i < n_router; i++)
         quant[n_quant++] = router[i];
