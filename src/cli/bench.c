@@ -24,6 +24,7 @@
 #include "cli/bench.h"
 #include "cli/cli.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "ferrox.h"
 #include "model/ftype.h"
 #include "model/synth.h"
@@ -201,13 +202,13 @@ static int run_test(const struct fx_model *m, struct result *r, bool progress) {
             fprintf(stderr, "ferrox bench: %s%d @ d%d, %s %d: the cache holds %d positions\n",
                     r->n_prompt ? "pp" : "tg", n, d, rep < 0 ? "warm-up" : "repetition",
                     rep < 0 ? 1 : rep + 1, fx_context_kv_len(ctx));
-        double t0 = fx_cli_now();
+        double t0 = fx_now();
         if (r->n_prompt)
             st = fx_forward_batch_last(ctx, tokens + d, n, d, logits, &err);
         else
             for (int i = 0; i < n && st == FX_OK; i++)
                 st = fx_forward_token(ctx, tokens[d + i], d + i, logits, &err);
-        double t1 = fx_cli_now();
+        double t1 = fx_now();
         if (st)
             goto done;
         if (rep >= 0)

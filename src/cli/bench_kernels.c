@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/clock.h"
 #include "core/par.h"
 #include "ferrox.h"
 #include "kernels/kernels.h"
@@ -244,13 +245,6 @@ static int parse_opts(int argc, char **argv, struct opts *o) {
 
 /* ---- timing -------------------------------------------------------------------------------- */
 
-/* Seconds on the wall clock, or of the calling thread's CPU time. */
-static double now(bool cpu) {
-    struct timespec t;
-    clock_gettime(cpu ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -281,10 +275,15 @@ struct job {
     double seconds;         /* the run's time for the iterations */
 };
 
+/* Seconds on the wall clock, or of the calling thread's CPU time. */
+static double job_now(const struct job *j) {
+    return fx_clock_seconds(j->cpu_time ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC);
+}
+
 /* A worker's time for the run's iterations, t0 its clock at their start: worker 0's wall-clock
  * time, or the largest worker's CPU time (every worker calls this before the run returns). */
 static void record_time(struct job *j, const struct fx_worker *w, double t0) {
-    double dt = now(j->cpu_time) - t0;
+    double dt = job_now(j) - t0;
     if (!j->cpu_time) {
         if (w->ith == 0)
             j->seconds = dt;
@@ -309,7 +308,7 @@ static void matmul_body(const struct fx_worker *w, void *arg) {
     struct job *j = arg;
     int64_t k = j->mats[0].ne0;
     fx_par_barrier(w);
-    double t0 = now(j->cpu_time);
+    double t0 = job_now(j);
     for (int it = 0; it < j->iters; it++) {
         const struct fx_mat *m = &j->mats[it % j->n_mats];
         const void *act = j->x;
@@ -338,7 +337,7 @@ static void read_body(const struct fx_worker *w, void *arg) {
     int64_t b, e;
     fx_par_range((int64_t)(j->buf_bytes / 64), w->ith, w->nth, 1, &b, &e);
     fx_par_barrier(w);
-    double t0 = now(j->cpu_time);
+    double t0 = job_now(j);
     u64x2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
     for (int it = 0; it < j->iters; it++) {
         const uint8_t *p = j->buf + b * 64, *end = j->buf + e * 64;

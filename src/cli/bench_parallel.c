@@ -28,6 +28,7 @@
 
 #include "cli/bench.h"
 #include "cli/util.h"
+#include "core/clock.h"
 
 #define BLOCK_SIZE 16
 
@@ -173,7 +174,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
             r->want[k] = i == pp - 1;
         }
     int n_batch = r->p->n_batch;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     for (int i = 0, asked = 0; i < n_rows; i += n_batch) {
         int n = n_rows - i < n_batch ? n_rows - i : n_batch;
         struct fx_batch b = {.n = n,
@@ -187,7 +188,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
         for (int k = i; k < i + n; k++)
             asked += r->want[k];
     }
-    double t1 = fx_cli_now();
+    double t1 = fx_now();
     for (int j = 0; j < pl; j++)
         r->next[j] = argmax_row(r->logits + (size_t)j * (size_t)r->n_vocab, r->n_vocab);
 
@@ -195,7 +196,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
     for (int j = 0; j < pl; j++)
         r->row_seq[j] = r->seq[j];
     struct fx_batch b = {.n = pl, .token = r->next, .pos = r->pos, .seq = r->row_seq};
-    double t2 = fx_cli_now();
+    double t2 = fx_now();
     for (int i = 0; i < tg; i++) {
         for (int j = 0; j < pl; j++)
             r->pos[j] = d + pp + i;
@@ -204,7 +205,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
         for (int j = 0; j < pl; j++)
             r->next[j] = argmax_row(r->logits + (size_t)j * (size_t)r->n_vocab, r->n_vocab);
     }
-    double t3 = fx_cli_now();
+    double t3 = fx_now();
     release(r, n_seq);
     t->t_pp = t1 - t0;
     t->t_tg = t3 - t2;

@@ -20,6 +20,7 @@
 #include "cli/cli.h"
 #include "cli/gen.h"
 #include "cli/util.h"
+#include "core/clock.h"
 
 enum {
     OPT_SYSTEM = FX_CLI_OPT_OWN,
@@ -256,21 +257,21 @@ static bool turn(struct chat *c) {
     /* A recurrent state is kept whole or recomputed from the start. */
     if (fx_model_has_recurrent_state(fx_context_model(c->ctx)) && keep != fx_context_kv_len(c->ctx))
         keep = 0;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     if (fx_context_kv_truncate(c->ctx, keep, &err) != FX_OK ||
         fx_cli_gen_prefill(c->gen, ids + keep, n_prompt - keep, keep, &err) != FX_OK) {
         fprintf(stderr, "ferrox chat: %s\n", err.msg);
         free(ids);
         return false;
     }
-    double t1 = fx_cli_now();
+    double t1 = fx_now();
     memcpy(c->cache + keep, ids + keep, (size_t)(n_prompt - keep) * sizeof *ids);
     c->n_cache = n_prompt;
 
     /* A Ctrl-C since the line was read (during the prefill) ends the answer before it starts. */
     enum fx_cli_gen_end end;
     fx_status st = fx_cli_gen_run(c->gen, stdout, &interrupted, &end, &err);
-    double t2 = fx_cli_now();
+    double t2 = fx_now();
     fputc('\n', stdout);
     fflush(stdout);
     /* The answer's tokens that were evaluated follow the prompt in the cache. */

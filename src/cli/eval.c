@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "ferrox.h"
 
 static void usage(FILE *out) {
@@ -212,7 +212,7 @@ int fx_cli_eval(int argc, char **argv) {
     float *logits = NULL;
     struct fx_error err;
     int rc = 1;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     if (fx_model_load(model_path, &mp, &m, &err) != FX_OK) {
         fprintf(stderr, "ferrox eval: %s\n", err.msg);
         goto done;
@@ -243,10 +243,10 @@ int fx_cli_eval(int argc, char **argv) {
         fprintf(stderr, "ferrox eval: out of memory for %d x %d logits\n", n, n_vocab);
         goto done;
     }
-    double t1 = fx_cli_now();
+    double t1 = fx_now();
     if (evaluate(&e, ids, n, sequential, logits, n_vocab))
         goto done;
-    double t2 = fx_cli_now();
+    double t2 = fx_now();
     fprintf(stderr,
             "ferrox eval: %s (%s), %d ids %s in %.1f ms (load %.1f ms), kernels %s, %s KV %s/%s\n",
             model_path, fx_model_arch(m), n, sequential ? "one at a time" : "as one batch",

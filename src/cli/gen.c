@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/util.h"
+#include "core/clock.h"
 #include "core/error.h"
 
 /* ---- options -------------------------------------------------------------------------------- */
@@ -306,7 +307,7 @@ bool fx_cli_model_load(const char *cmd, const char *path, const struct fx_cli_ge
         mp.progress_user = &prog;
     }
     struct fx_error err;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     if (fx_model_load(path, &mp, &out->model, &err) != FX_OK) {
         fprintf(stderr, "ferrox %s: %s\n", cmd, err.msg);
         return false;
@@ -317,7 +318,7 @@ bool fx_cli_model_load(const char *cmd, const char *path, const struct fx_cli_ge
         out->model = NULL;
         return false;
     }
-    out->load_seconds = fx_cli_now() - t0;
+    out->load_seconds = fx_now() - t0;
     return true;
 }
 

@@ -20,6 +20,7 @@
 #include "cli/cli.h"
 #include "cli/gen.h"
 #include "cli/util.h"
+#include "core/clock.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -252,7 +253,7 @@ int fx_cli_perplexity(int argc, char **argv) {
             o.file, n_tokens, n_chunk, o.n_ctx, n_batch);
     bool tty = isatty(STDERR_FILENO);
     struct score s = {0};
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     for (int i = 0; i < n_chunk; i++) {
         if (score_chunk(ctx, v, tokens + (size_t)i * (size_t)o.n_ctx, o.n_ctx, window, logits,
                         n_rows, &s, &err) != FX_OK) {
@@ -261,7 +262,7 @@ int fx_cli_perplexity(int argc, char **argv) {
         }
         printf("[%d]%.4f,", i + 1, exp(s.nll / (double)s.count));
         fflush(stdout);
-        progress(i + 1, n_chunk, (fx_cli_now() - t0) / (i + 1), tty);
+        progress(i + 1, n_chunk, (fx_now() - t0) / (i + 1), tty);
     }
     printf("\n");
     double mean = s.nll / (double)s.count;

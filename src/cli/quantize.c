@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "ferrox.h"
 #include "model/ftype.h"
 
@@ -74,7 +75,7 @@ int fx_cli_quantize(int argc, char **argv) {
     fx_cli_progress_init(&bar, "quantizing");
     p.progress = fx_cli_progress_update;
     p.progress_user = &bar;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     struct fx_error err;
     fx_status st = fx_model_quantize(in, out, &p, &err);
     fx_cli_progress_end(&bar);
@@ -83,6 +84,6 @@ int fx_cli_quantize(int argc, char **argv) {
         return st == FX_ERR_INVALID_ARG ? 2 : 1;
     }
     printf("wrote %s: %s%s, %.2f MiB -> %.2f MiB in %.1f s\n", out, fx_file_type_name(ftype),
-           p.pure ? " (pure)" : "", file_mib(in), file_mib(out), fx_cli_now() - t0);
+           p.pure ? " (pure)" : "", file_mib(in), file_mib(out), fx_now() - t0);
     return 0;
 }

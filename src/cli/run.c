@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "cli/gen.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "model/ftype.h"
 #include "model/synth.h"
@@ -335,15 +336,15 @@ int fx_cli_run(int argc, char **argv) {
     int32_t n_cached = 0;
     if (prompt_cache && !load_prompt_cache(g, prompt_cache, ids, n_prompt, &n_cached))
         goto done;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     if (fx_cli_gen_prefill(g, ids + n_cached, n_prompt - n_cached, n_cached, &err) != FX_OK) {
         fprintf(stderr, "ferrox run: prompt: %s\n", err.msg);
         goto done;
     }
-    double t1 = fx_cli_now();
+    double t1 = fx_now();
     enum fx_cli_gen_end end;
     fx_status st = fx_cli_gen_run(g, stdout, NULL, &end, &err);
-    double t2 = fx_cli_now();
+    double t2 = fx_now();
     if (isatty(STDOUT_FILENO))
         fputc('\n', stdout);
     fflush(stdout);

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "cli/progress.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "ferrox.h"
 #include "model/ftype.h"
 #include "model/synth.h"
@@ -101,7 +102,7 @@ int fx_cli_synth(int argc, char **argv) {
     fx_cli_progress_init(&bar, "generating");
     wp.progress = fx_cli_progress_update;
     wp.progress_user = &bar;
-    double t0 = fx_cli_now();
+    double t0 = fx_now();
     fx_status st = fx_synth_write(m, out, &wp, &err);
     fx_cli_progress_end(&bar);
     int rc = 0;
@@ -113,7 +114,7 @@ int fx_cli_synth(int argc, char **argv) {
                " parameters, %.2f MiB of weights in %.1f s\n",
                out, shape, fx_file_type_name(ftype), pure ? " (pure)" : "", seed, m->n_tensors,
                fx_synth_n_params(m), (double)fx_synth_n_bytes(m) / (1024.0 * 1024.0),
-               fx_cli_now() - t0);
+               fx_now() - t0);
     }
     fx_synth_model_free(m);
     return rc;

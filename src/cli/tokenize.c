@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "ferrox.h"
 #include "tok/utf8.h"
 
@@ -55,12 +55,6 @@ static void put_escaped(const char *p, size_t n) {
     }
 }
 
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Tokenizes, growing the output once if the first guess is short. */
 static fx_status tokenize(const struct fx_vocab *v, const char *text, size_t len, bool add_special,
                           bool parse_special, fx_token **ids, size_t *n, struct fx_error *err) {
@@ -86,13 +80,13 @@ static int bench(const struct fx_vocab *v, const char *text, size_t len, bool ad
     size_t n = 0, out_len = 0;
     struct fx_error err = {0};
     for (int run = 0; run < 3 && out; run++) {
-        double t0 = seconds();
+        double t0 = fx_now();
         if (tokenize(v, text, len, add_special, parse_special, &ids, &n, &err) != FX_OK)
             break;
-        double t1 = seconds();
+        double t1 = fx_now();
         if (fx_detokenize(v, ids, n, 0, out, 4 * len + 64, &out_len, &err) != FX_OK)
             break;
-        double t2 = seconds();
+        double t2 = fx_now();
         best_tok = t1 - t0 < best_tok ? t1 - t0 : best_tok;
         best_detok = t2 - t1 < best_detok ? t2 - t1 : best_detok;
     }

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 bool fx_cli_parse_int(const char *s, long lo, long hi, int *out) {
     char *end;
@@ -78,12 +77,6 @@ bool fx_cli_parse_ids(const char *s, fx_token **out, int *n) {
         return false;
     *out = ids; /* fx_token is int32_t, the same as int here */
     return true;
-}
-
-double fx_cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int fx_cli_write_file(const char *path, const void *data, size_t size) {

@@ -33,9 +33,6 @@ const char *fx_cli_kv_type_name(enum fx_type t);
  * their double-dash names (--cache-type-k, ...), so that getopt_long reads both spellings. */
 void fx_cli_expand_aliases(int argc, char **argv);
 
-/* Seconds on a monotonic clock. */
-double fx_cli_now(void);
-
 /* Writes size bytes to path; 0, or -1 with errno set. */
 int fx_cli_write_file(const char *path, const void *data, size_t size);
 

@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/cpu.h"
 #include "core/error.h"
 
@@ -99,12 +99,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
     /* Returns at once when *word != expected; EINTR and spurious wake-ups are handled by the
      * caller's loop. */
@@ -126,7 +120,7 @@ static uint32_t event_wait(struct event *e, uint32_t seen, int64_t spin_ns) {
                 return v;
             cpu_relax();
             if ((i & 63) == 0) { /* the clock costs more than a pause; read it now and then */
-                int64_t t = now_ns();
+                int64_t t = fx_now_ns();
                 if (deadline == 0)
                     deadline = t + spin_ns;
                 else if (t >= deadline)

@@ -13,18 +13,12 @@
  * it: alpha, beta and the prompt rows' cost are a least-squares fit over recent steps, the older
  * steps decayed. */
 #include <stdlib.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
 
 #define CM_DECAY 0.97 /* weight of the past in the step-cost fit, per step */
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 fx_status fx_draft_init(struct fx_engine *e, struct fx_error *err) {
     if (!e->p.spec)
@@ -89,11 +83,11 @@ void fx_draft_propose(struct fx_engine *e, struct fx_slot *s, int32_t max_k) {
         k = FX_ROLLBACK_MAX;
     if (k <= 0 || k < s->ctl.p.draft_min)
         return;
-    double t0 = now();
+    double t0 = fx_now();
     int32_t n = 0;
     if (fx_drafter_propose(s->drafter, s->toks, s->n_toks, k, s->draft, &n, NULL) != FX_OK)
         n = 0;
-    s->t_draft = now() - t0;
+    s->t_draft = fx_now() - t0;
     s->n_draft = n >= s->ctl.p.draft_min ? n : 0;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
 
@@ -21,12 +22,6 @@ static const double e2e_bounds[] = {0.3,  0.5,   0.8,   1.0,   1.5,   2.0,    2.
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 _Static_assert(sizeof ttft_bounds / sizeof ttft_bounds[0] <= FX_HIST_MAX_BOUNDS, "ttft buckets");
 _Static_assert(sizeof e2e_bounds / sizeof e2e_bounds[0] <= FX_HIST_MAX_BOUNDS, "e2e buckets");
-
-double fx_engine_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void fx_hist_observe(struct fx_histogram *h, double v) {
     int i = 0;
@@ -244,7 +239,7 @@ fx_status fx_engine_submit(struct fx_engine *e, const struct fx_gen_params *p,
         if ((st = make_choice(e, p, i, &r->samplers[i], &r->stoppers[i], err)))
             goto fail;
     }
-    r->t_arrival = fx_engine_now();
+    r->t_arrival = fx_now();
 
     pthread_mutex_lock(&e->mu);
     if (e->draining || e->stop) {

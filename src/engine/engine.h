@@ -104,9 +104,6 @@ void fx_engine_free(struct fx_engine *e);
  * left. */
 void fx_engine_drain(struct fx_engine *e, double grace_s);
 
-/* Seconds on a monotonic clock (the one request times are measured with). */
-double fx_engine_now(void);
-
 /* The sizes the engine was made with (after defaults). */
 int32_t fx_engine_n_parallel(const struct fx_engine *e);
 int32_t fx_engine_n_ctx_seq(const struct fx_engine *e);

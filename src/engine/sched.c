@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "engine/engine_impl.h"
 
@@ -79,7 +80,7 @@ static void finish_choice(struct fx_engine *e, struct fx_gen_req *r, int32_t i, 
     pthread_mutex_unlock(&r->mu);
     if (!done)
         return;
-    double now = fx_engine_now();
+    double now = fx_now();
     /* The request's reason: the first choice's (they agree for n = 1). */
     enum fx_finish why = r->choices[0].finish;
     pthread_mutex_lock(&e->stats_mu);
@@ -425,7 +426,7 @@ static bool emit_token(struct fx_engine *e, struct fx_slot *s, const float *row,
     pthread_mutex_unlock(&r->mu);
     touch(e, r);
 
-    double now = fx_engine_now();
+    double now = fx_now();
     pthread_mutex_lock(&e->stats_mu);
     e->m.generation_tokens++;
     if (r->t_first == 0) {
@@ -667,9 +668,9 @@ bool fx_sched_iterate(struct fx_engine *e) {
                              .snapshot = e->b_snap};
         struct fx_error err;
         FX_ASSERT(n_logits <= e->n_logit_rows);
-        double t0 = fx_engine_now();
+        double t0 = fx_now();
         fx_status st = fx_forward_multi_seq(e->ctx, e->pool, &b, e->logits, &err);
-        double dt = fx_engine_now() - t0;
+        double dt = fx_now() - t0;
         uint64_t prefill = 0;
         int32_t n_seqs = 0, n_prompt_rows = 0;
         for (int32_t i = 0; i < n_slots; i++) {

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/checked.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -87,12 +87,6 @@ struct fx_xcache {
     struct fx_moe_stats stats;
 };
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t round_up(uint64_t v, uint64_t to) {
     return (v + to - 1) / to * to;
 }
@@ -165,7 +159,7 @@ static bool file_unchanged(const struct fx_xcache *c, char *msg, size_t msg_size
 }
 
 void fx_xcache_fill(struct fx_xcache *c, int32_t slot, uint8_t *stage) {
-    uint64_t t0 = now_ns();
+    int64_t t0 = fx_now_ns();
     pthread_mutex_lock(&c->mu);
     int32_t key = c->slots[slot].key;
     pthread_mutex_unlock(&c->mu);
@@ -191,7 +185,7 @@ void fx_xcache_fill(struct fx_xcache *c, int32_t slot, uint8_t *stage) {
             memcpy(dst + x->slot_off, raw, (size_t)x->raw_bytes);
         }
     }
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = (uint64_t)(fx_now_ns() - t0);
 
     pthread_mutex_lock(&c->mu);
     if (ok && c->summed[key] && c->sum[key] != sum) {

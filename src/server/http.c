@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "server/server_impl.h"
 
@@ -79,7 +80,7 @@ static enum MHD_Result queue(struct fx_conn *c, unsigned status, struct MHD_Resp
     count_response(c->srv, status);
     if (c->srv->p.verbose)
         fprintf(stderr, "ferrox serve: %s %u %.1f ms\n", c->id[0] ? c->id : "-", status,
-                (fx_engine_now() - c->t_start) * 1e3);
+                (fx_now() - c->t_start) * 1e3);
     return ok;
 }
 
@@ -280,7 +281,7 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *connection, c
             return MHD_NO;
         c->srv = s;
         c->mhd = connection;
-        c->t_start = fx_engine_now();
+        c->t_start = fx_now();
         pthread_mutex_init(&c->mu, NULL);
         pthread_mutex_lock(&s->conns_mu);
         c->next = s->conns;
@@ -507,14 +508,14 @@ void fx_server_shutdown(struct fx_server *s, double grace_s) {
     fx_engine_drain(s->engine, grace_s);
     /* Every job is done and notified: let the connections send their last bytes (a second at
      * most), then close them. */
-    double t0 = fx_engine_now();
+    double t0 = fx_now();
     for (;;) {
         pthread_mutex_lock(&s->conns_mu);
         bool busy = false;
         for (struct fx_conn *c = s->conns; c && !busy; c = c->next)
             busy = c->dispatched && (c->gen || c->emb);
         pthread_mutex_unlock(&s->conns_mu);
-        if (!busy || fx_engine_now() - t0 > 1.0)
+        if (!busy || fx_now() - t0 > 1.0)
             break;
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);

@@ -24,8 +24,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "spec/drafter.h"
 #include "spec/spec.h"
@@ -48,12 +48,6 @@ struct fx_spec {
 
 struct fx_spec_params fx_spec_default_params(void) {
     return (struct fx_spec_params){.draft_max = 16, .draft_min = 0, .adaptive = true};
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 fx_status fx_spec_create(struct fx_context *ctx, struct fx_drafter *d,
@@ -280,7 +274,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
         k = FX_ROLLBACK_MAX;
     s->rows[0] = seq[n_seq - 1];
     int32_t n_draft = 0;
-    double t0 = now();
+    double t0 = fx_now();
     fx_status st = FX_OK;
     if (k > 0 && k >= s->ctl.p.draft_min)
         st = fx_drafter_propose(s->d, seq, n_seq, k, s->rows + 1, &n_draft, err);
@@ -294,7 +288,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
         fx_token t;
         if ((st = evaluate(s, seq, n_seq, 1, err)))
             return st;
-        fx_spec_ctl_plain(&s->ctl, now() - t0, pos);
+        fx_spec_ctl_plain(&s->ctl, fx_now() - t0, pos);
         if ((st = fx_sampler_sample(smp, s->logits, &t, err)) ||
             (st = fx_sampler_accept(smp, t, err)))
             return st;
@@ -305,7 +299,7 @@ fx_status fx_spec_step(struct fx_spec *s, struct fx_sampler *smp, const fx_token
 
     if ((st = evaluate(s, seq, n_seq, n_draft + 1, err)))
         return st;
-    double dt = now() - t0;
+    double dt = fx_now() - t0;
     int32_t out = 0, kept = 0;
     bool rejected = false;
     struct step_emit se = {emit, user};
