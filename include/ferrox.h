@@ -1203,6 +1203,14 @@ fx_status fx_tokenize(const struct fx_vocab *v, const char *text, size_t len, bo
                       bool parse_special, fx_token *ids, size_t cap, size_t *n_ids,
                       struct fx_error *err);
 
+/* fx_tokenize into a malloc'd array *ids of *n_ids tokens (the caller frees it; NULL on
+ * failure), as `ferrox run` and the server read a prompt: with add_special, a BOS that the text
+ * writes itself (a chat template's bos_token, read as a token with parse_special) right after
+ * the one the vocabulary adds is not doubled. */
+fx_status fx_tokenize_alloc(const struct fx_vocab *v, const char *text, size_t len,
+                            bool add_special, bool parse_special, fx_token **ids, size_t *n_ids,
+                            struct fx_error *err);
+
 /* What token id stands for in text: "▁the" gives " the", <0x0A> a newline, "Ġthe" " the".
  * Control and unknown tokens give their text when render_special is true and "" otherwise.
  * Returns a pointer into the vocabulary (not NUL-terminated; *len bytes), or NULL for an id

@@ -537,3 +537,33 @@ FX_TEST(tok_tokenize_reports_needed_capacity) {
     fx_vocab_free(v);
     free(b);
 }
+
+/* fx_tokenize_alloc sizes the array itself, and a BOS that the text writes (a chat template's
+ * bos_token) right after the one add_special adds is kept once; without add_special the text's
+ * own BOS stays. */
+FX_TEST(tok_tokenize_alloc_keeps_one_bos) {
+    struct vb *b = calloc(1, sizeof *b);
+    struct spm_ids id;
+    struct fx_vocab *v = spm_vocab(b, &id, NULL);
+    struct fx_error err = {0};
+    fx_token plain[16], *ids = NULL;
+    size_t n_plain, n;
+    assert_int_equal(fx_tokenize(v, "<s>c", 4, true, true, plain, 16, &n_plain, &err), FX_OK);
+    assert_true(n_plain >= 3);
+    assert_int_equal(plain[0], 1);
+    assert_int_equal(plain[1], 1);
+    assert_int_equal(fx_tokenize_alloc(v, "<s>c", 4, true, true, &ids, &n, &err), FX_OK);
+    assert_int_equal(n, n_plain - 1);
+    assert_memory_equal(ids, plain + 1, n * sizeof *ids);
+    free(ids);
+    assert_int_equal(fx_tokenize_alloc(v, "<s>c", 4, false, true, &ids, &n, &err), FX_OK);
+    assert_int_equal(n, n_plain - 1);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    assert_int_equal(fx_tokenize_alloc(NULL, "c", 1, true, true, &ids, &n, &err),
+                     FX_ERR_INVALID_ARG);
+    assert_null(ids);
+    assert_int_equal(n, 0);
+    fx_vocab_free(v);
+    free(b);
+}

@@ -234,8 +234,8 @@ static bool turn(struct chat *c) {
     }
     fx_token *ids;
     size_t n;
-    if (fx_cli_tokenize_text(c->m.vocab, c->rendered.data, c->rendered.len, true, true, &ids, &n,
-                             &err) != FX_OK) {
+    if (fx_tokenize_alloc(c->m.vocab, c->rendered.data, c->rendered.len, true, true, &ids, &n,
+                          &err) != FX_OK) {
         fprintf(stderr, "ferrox chat: %s\n", err.msg);
         return false;
     }

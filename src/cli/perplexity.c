@@ -203,7 +203,7 @@ int fx_cli_perplexity(int argc, char **argv) {
                 o.model);
         goto done;
     }
-    if (fx_cli_tokenize_text(v, text, len, true, false, &tokens, &n_tokens, &err) != FX_OK) {
+    if (fx_tokenize_alloc(v, text, len, true, false, &tokens, &n_tokens, &err) != FX_OK) {
         fprintf(stderr, "ferrox perplexity: tokenizing %s: %s\n", o.file, err.msg);
         goto done;
     }

@@ -303,8 +303,8 @@ int fx_cli_run(int argc, char **argv) {
         goto done;
 
     size_t n_ids;
-    if (fx_cli_tokenize_text(m.vocab, file ? text : prompt, text_len, true, true, &ids, &n_ids,
-                             &err)) {
+    if (fx_tokenize_alloc(m.vocab, file ? text : prompt, text_len, true, true, &ids, &n_ids,
+                          &err)) {
         fprintf(stderr, "ferrox run: tokenizing the prompt: %s\n", err.msg);
         goto done;
     }

@@ -150,40 +150,6 @@ char *fx_cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_t len,
-                               bool add_special, bool parse_special, fx_token **ids, size_t *n,
-                               struct fx_error *err) {
-    /* A first guess that fits nearly every text; the tokenizer says how many it needs if not. */
-    size_t cap = len + 16;
-    *ids = NULL;
-    *n = 0;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        free(*ids);
-        *ids = malloc(cap * sizeof **ids);
-        if (!*ids)
-            return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory for %zu tokens",
-                                cap);
-        fx_status st = fx_tokenize(v, text, len, add_special, parse_special, *ids, cap, n, err);
-        if (st == FX_ERR_CAPACITY) {
-            cap = *n;
-            continue;
-        }
-        if (st != FX_OK) {
-            free(*ids);
-            *ids = NULL;
-            *n = 0;
-            return st;
-        }
-        fx_token bos = fx_vocab_bos(v);
-        if (add_special && fx_vocab_add_bos(v) && *n >= 2 && (*ids)[0] == bos && (*ids)[1] == bos)
-            memmove(*ids, *ids + 1, --*n * sizeof **ids);
-        return FX_OK;
-    }
-    free(*ids);
-    *ids = NULL;
-    return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET, "tokenizer output kept growing");
-}
-
 static const struct {
     const char *name;
     enum fx_type type;

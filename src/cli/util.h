@@ -46,13 +46,6 @@ bool fx_cli_parse_float(const char *s, double lo, double hi, float *out);
  * bytes; NULL with errno set when it cannot. */
 char *fx_cli_read_file(const char *path, size_t *len);
 
-/* Tokenizes text[0..len) into a malloc'd array *ids of *n tokens (the caller frees it). With
- * add_special, BOS/EOS are added as the vocabulary says, except that a BOS the text writes itself
- * (a chat template's bos_token, read as a special token with parse_special) is not doubled. */
-fx_status fx_cli_tokenize_text(const struct fx_vocab *v, const char *text, size_t len,
-                               bool add_special, bool parse_special, fx_token **ids, size_t *n,
-                               struct fx_error *err);
-
 /* The help line of --moe-cache, shared by every command that takes it. */
 #define FX_CLI_MOE_CACHE_USAGE                                                                     \
     "  --moe-cache SIZE          keep a mixture of experts' experts on disk, read into a cache\n"  \

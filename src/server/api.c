@@ -106,40 +106,6 @@ static char *base64(const void *data, size_t n) {
 
 /* ---- tokens ---------------------------------------------------------------------------------- */
 
-/* Tokenizes text into a malloc'd array, as ferrox run and chat do: BOS/EOS as the vocabulary says
- * (add_special), special-token text read as those tokens (parse_special), and a BOS that the text
- * writes itself (a chat template's bos_token) not doubled. */
-static fx_status tokenize(const struct fx_vocab *v, const char *text, size_t len, bool add_special,
-                          bool parse_special, fx_token **ids, size_t *n, struct fx_error *err) {
-    size_t cap = len + 16;
-    *ids = NULL;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        free(*ids);
-        if (!(*ids = malloc(cap * sizeof **ids))) {
-            err->code = FX_ERR_NOMEM;
-            snprintf(err->msg, sizeof err->msg, "out of memory for %zu tokens", cap);
-            return FX_ERR_NOMEM;
-        }
-        fx_status st = fx_tokenize(v, text, len, add_special, parse_special, *ids, cap, n, err);
-        if (st == FX_ERR_CAPACITY) {
-            cap = *n;
-            continue;
-        }
-        if (st != FX_OK) {
-            free(*ids);
-            *ids = NULL;
-            return st;
-        }
-        fx_token bos = fx_vocab_bos(v);
-        if (add_special && fx_vocab_add_bos(v) && *n >= 2 && (*ids)[0] == bos && (*ids)[1] == bos)
-            memmove(*ids, *ids + 1, --*n * sizeof **ids);
-        return FX_OK;
-    }
-    free(*ids);
-    *ids = NULL;
-    return FX_ERR_CAPACITY;
-}
-
 /* The token ids of input t (tokenized when it is text). */
 static fx_status input_ids(struct fx_server *s, struct fx_oai_text *t, bool add_special,
                            bool parse_special, fx_token **ids, size_t *n, struct fx_error *err) {
@@ -151,7 +117,7 @@ static fx_status input_ids(struct fx_server *s, struct fx_oai_text *t, bool add_
         *n = (size_t)t->n_ids;
         return FX_OK;
     }
-    return tokenize(s->vocab, t->text, t->len, add_special, parse_special, ids, n, err);
+    return fx_tokenize_alloc(s->vocab, t->text, t->len, add_special, parse_special, ids, n, err);
 }
 
 /* "field: message" -> the field, when the engine's message starts with one. */
@@ -178,8 +144,8 @@ static enum MHD_Result do_tokenize(struct fx_conn *c) {
     fx_token *ids;
     size_t n;
     struct fx_oai_text *t = &c->req.input[0];
-    if (tokenize(c->srv->vocab, t->text, t->len, c->req.add_special, c->req.parse_special, &ids, &n,
-                 &err) != FX_OK)
+    if (fx_tokenize_alloc(c->srv->vocab, t->text, t->len, c->req.add_special, c->req.parse_special,
+                          &ids, &n, &err) != FX_OK)
         return fx_http_error(c, 400, "invalid_request_error", "content", "content: %s", err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -345,7 +311,7 @@ static enum MHD_Result prompt_ids(struct fx_conn *c, fx_token **ids, size_t *n) 
         fx_chat_text_free(&text);
         return fx_http_error(c, 400, "invalid_request_error", "messages", "messages: %s", err.msg);
     }
-    st = tokenize(s->vocab, text.data, text.len, true, true, ids, n, &err);
+    st = fx_tokenize_alloc(s->vocab, text.data, text.len, true, true, ids, n, &err);
     fx_chat_text_free(&text);
     if (st != FX_OK)
         return fx_http_error(c, 400, "invalid_request_error", "messages", "messages: %s", err.msg);

@@ -1,6 +1,7 @@
 /* fx_tokenize: special tokens first, then the vocabulary's algorithm on each raw fragment, with
  * BOS / EOS / SEP added as the vocabulary says. Everything a call needs beyond the (immutable)
  * vocabulary lives in its own scratch, so calls may run concurrently. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -70,4 +71,40 @@ fx_status fx_tokenize(const struct fx_vocab *v, const char *text, size_t len, bo
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "%zu tokens do not fit the output array of %zu", out.n, cap);
     return FX_OK;
+}
+
+fx_status fx_tokenize_alloc(const struct fx_vocab *v, const char *text, size_t len,
+                            bool add_special, bool parse_special, fx_token **ids, size_t *n_ids,
+                            struct fx_error *err) {
+    /* A first guess that fits nearly every text; the tokenizer says how many it needs if not. */
+    size_t cap = len + 16;
+    *ids = NULL;
+    *n_ids = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        *ids = malloc(cap * sizeof **ids);
+        if (!*ids)
+            return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory for %zu tokens",
+                                cap);
+        fx_status st = fx_tokenize(v, text, len, add_special, parse_special, *ids, cap, n_ids, err);
+        if (st == FX_ERR_CAPACITY) {
+            cap = *n_ids;
+            continue;
+        }
+        if (st != FX_OK) {
+            free(*ids);
+            *ids = NULL;
+            *n_ids = 0;
+            return st;
+        }
+        fx_token bos = fx_vocab_bos(v);
+        if (add_special && fx_vocab_add_bos(v) && *n_ids >= 2 && (*ids)[0] == bos &&
+            (*ids)[1] == bos)
+            memmove(*ids, *ids + 1, --*n_ids * sizeof **ids);
+        return FX_OK;
+    }
+    free(*ids);
+    *ids = NULL;
+    *n_ids = 0;
+    return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET, "tokenizer output kept growing");
 }
