@@ -1,8 +1,10 @@
-/* core/: type traits, checked arithmetic, errors. */
+/* core/: type traits, checked arithmetic, errors, allocation. */
 #include "fx_test.h"
 
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/checked.h"
 #include "core/cpu.h"
 #include "core/error.h"
@@ -93,4 +95,23 @@ FX_TEST(core_cpu_count_is_positive) {
     /* AVX-512 implies AVX2 on every CPU that has it. */
     if (f->avx512f)
         assert_true(f->avx2);
+}
+
+FX_TEST(core_alloc_streamed_aligns_and_holds_every_byte) {
+    /* Below a huge page, across it, and a size of no whole pages. */
+    const uint64_t sizes[] = {1, 100, (2u << 20) - 1, 2u << 20, (5u << 20) + 3};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint64_t n = sizes[i];
+        uint8_t *p = fx_alloc_streamed(n);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % 64, 0);
+        if (n >= 2u << 20)
+            assert_int_equal((uintptr_t)p % (2u << 20), 0);
+        for (uint64_t j = 0; j < n; j++)
+            p[j] = (uint8_t)(j * 7 + i);
+        for (uint64_t j = 0; j < n; j += 4093)
+            assert_int_equal(p[j], (uint8_t)(j * 7 + i));
+        assert_int_equal(p[n - 1], (uint8_t)((n - 1) * 7 + i));
+        free(p);
+    }
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/checked.h"
 #include "core/clock.h"
 #include "core/error.h"
@@ -516,7 +517,7 @@ fx_status fx_xcache_create(const struct fx_model *m, const char *path, uint64_t 
      * for a guess to finish before it can claim a slot for what it needs. */
     c->ahead_max = c->n_slots - m->hp.n_expert_used;
     c->slots = calloc((size_t)n_slots, sizeof *c->slots);
-    c->mem = aligned_alloc(64, (size_t)(n_slots * c->slot_bytes));
+    c->mem = fx_alloc_streamed(n_slots * c->slot_bytes);
     c->io_stage = aligned_alloc(FX_XCACHE_ALIGN, (size_t)(N_IO_THREADS * c->stage_bytes));
     if (!c->slots || !c->mem || !c->io_stage) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,

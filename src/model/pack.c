@@ -5,6 +5,7 @@
  * since lookups read its rows. */
 #include <stdlib.h>
 
+#include "core/alloc.h"
 #include "core/error.h"
 #include "core/par.h"
 #include "model/model.h"
@@ -52,7 +53,7 @@ static fx_status plan_one(struct pack_plan *p, struct fx_model *m, struct fx_mat
         return FX_OK;
     }
     uint64_t stride = round64(bytes);
-    uint8_t *block = aligned_alloc(64, (size_t)(stride * (uint64_t)n));
+    uint8_t *block = fx_alloc_streamed(stride * (uint64_t)n);
     if (!block)
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
                             "out of memory for %llu bytes of packed weights",
