@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "core/alloc.h"
 #include "core/clock.h"
 #include "core/par.h"
 #include "ferrox.h"
@@ -380,11 +381,6 @@ static double time_job(struct fx_pool *pool, fx_par_fn body, struct job *j, cons
     return median(t, runs);
 }
 
-/* A buffer of at least `bytes` bytes on a 64-byte boundary (aligned_alloc wants a multiple). */
-static void *alloc64(uint64_t bytes) {
-    return aligned_alloc(64, (size_t)((bytes + 63) & ~63ull));
-}
-
 /* ---- weights ------------------------------------------------------------------------------- */
 
 static uint64_t rng_next(uint64_t *s) {
@@ -409,7 +405,7 @@ static void random_floats(float *x, int64_t n, uint64_t *seed) {
  * the K formats, hence few), repeated. */
 static uint8_t *make_weights(enum fx_type type, struct shape sh, uint64_t row_bytes) {
     enum { DISTINCT = 16 };
-    uint8_t *w = alloc64(row_bytes * (uint64_t)sh.m);
+    uint8_t *w = fx_alloc_streamed(row_bytes * (uint64_t)sh.m);
     float *x = malloc((size_t)sh.k * sizeof(float));
     if (!w || !x) {
         free(w);
@@ -462,7 +458,7 @@ static bool make_copies(struct copies *c, const struct fx_kernels *k, const stru
         c->mats[i] = *mat;
         if (!packed && i == 0)
             continue;
-        c->owned[i] = alloc64(one);
+        c->owned[i] = fx_alloc_streamed(one);
         if (!c->owned[i])
             return false;
         if (packed) {
@@ -488,8 +484,8 @@ static bool run_case(const struct fx_kernels *k, const struct copies *c, int row
     enum fx_type at = k->types[m->type].vec_dot_type;
     uint64_t act_stride = 0;
     fx_type_row_bytes(at, m->ne0, &act_stride);
-    void *act = alloc64(act_stride * (uint64_t)rows);
-    float *out = alloc64((uint64_t)(m->ne1 * rows) * sizeof(float));
+    void *act = fx_alloc_streamed(act_stride * (uint64_t)rows);
+    float *out = fx_alloc_streamed((uint64_t)(m->ne1 * rows) * sizeof(float));
     bool ok = act && out;
     if (ok) {
         struct job j = {.k = k,
@@ -512,9 +508,11 @@ static bool run_case(const struct fx_kernels *k, const struct copies *c, int row
     return ok;
 }
 
-/* The streaming read bandwidth of the pool with n threads over `bytes`. */
+/* The streaming read bandwidth of the pool with n threads over `bytes`, in memory allocated as
+ * the model's packed weights are (fx_alloc_streamed: huge pages where the kernel gives them), so
+ * that a decode's share of this roofline compares like with like. */
 static double bandwidth(struct fx_pool *pool, int64_t bytes, const struct opts *o) {
-    uint8_t *buf = alloc64((uint64_t)bytes);
+    uint8_t *buf = fx_alloc_streamed((uint64_t)bytes);
     if (!buf)
         return NAN;
     memset(buf, 1, (size_t)bytes); /* touch every page */
