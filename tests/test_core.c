@@ -97,7 +97,7 @@ FX_TEST(core_cpu_count_is_positive) {
         assert_true(f->avx2);
 }
 
-FX_TEST(core_alloc_streamed_aligns_and_holds_every_byte) {
+FX_TEST(core_alloc_streamed_aligns_holds_every_byte_and_zeroes) {
     /* Below a huge page, across it, and a size of no whole pages. */
     const uint64_t sizes[] = {1, 100, (2u << 20) - 1, 2u << 20, (5u << 20) + 3};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
@@ -113,5 +113,10 @@ FX_TEST(core_alloc_streamed_aligns_and_holds_every_byte) {
             assert_int_equal(p[j], (uint8_t)(j * 7 + i));
         assert_int_equal(p[n - 1], (uint8_t)((n - 1) * 7 + i));
         free(p);
+        uint8_t *z = fx_alloc_streamed_zero(n);
+        assert_non_null(z);
+        for (uint64_t j = 0; j < n; j++)
+            assert_int_equal(z[j], 0);
+        free(z);
     }
 }

@@ -1,6 +1,7 @@
 #include "core/alloc.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define HUGE_PAGE_BYTES ((uint64_t)2 << 20)
@@ -13,5 +14,12 @@ void *fx_alloc_streamed(uint64_t bytes) {
         return NULL;
     /* Only a hint: the whole huge pages inside the buffer get one when the kernel has it. */
     (void)madvise(p, (size_t)bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+void *fx_alloc_streamed_zero(uint64_t bytes) {
+    void *p = fx_alloc_streamed(bytes);
+    if (p)
+        explicit_bzero(p, (size_t)bytes);
     return p;
 }

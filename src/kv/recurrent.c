@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/checked.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -21,8 +22,8 @@ fx_status fx_rstate_init(struct fx_rstate *rs, int32_t n_layer, int64_t conv_flo
         conv_bytes > SIZE_MAX || ssm_bytes > SIZE_MAX)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "recurrent state of %d layers overflows", n_layer);
-    rs->conv = calloc(1, (size_t)conv_bytes);
-    rs->ssm = calloc(1, (size_t)ssm_bytes);
+    rs->conv = fx_alloc_streamed_zero(conv_bytes);
+    rs->ssm = fx_alloc_streamed_zero(ssm_bytes); /* read and written whole by every token */
     if (!rs->conv || !rs->ssm) {
         fx_rstate_release(rs);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
