@@ -283,15 +283,26 @@ static void softmax_lanes(struct fx_attn_state *st, const int32_t *first, const 
     }
     __m512 m_old = _mm512_load_ps(st->m + o0), m_new = _mm512_max_ps(m_old, run_max);
     __m512 m_sub = subtrahend16(m_new);
-    __m512 part[16]; /* part[j % 16]: the contract's partial sums */
+    /* part[j % 16]: the contract's partial sums, in registers: the keys go by aligned groups of
+     * 16, so that each key's partial is known when the loop is unrolled (an index known only at
+     * run time would keep the partials on the stack, every add a store and a reload). */
+    __m512 part[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         part[i] = _mm512_setzero_ps();
-    for (int64_t j = j0; j <= j1; j++) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(p + j * st->n_pad), m_sub));
-        part[j % 16] = _mm512_add_ps(part[j % 16], e);
-        _mm512_store_ps(p + j * st->n_pad, e);
-    }
+    for (int64_t g = j0 - j0 % 16; g <= j1; g += 16)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            int64_t j = g + i;
+            if (j < j0 || j > j1)
+                continue;
+            __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(p + j * st->n_pad), m_sub));
+            part[i] = _mm512_add_ps(part[i], e);
+            _mm512_store_ps(p + j * st->n_pad, e);
+        }
+#pragma GCC unroll 4
     for (int w = 8; w >= 1; w /= 2)
+#pragma GCC unroll 8
         for (int i = 0; i < w; i++)
             part[i] = _mm512_add_ps(part[i], part[i + w]);
     fold16(st, o0, m_old, m_new, m_sub, part[0]);
