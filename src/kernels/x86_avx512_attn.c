@@ -52,14 +52,10 @@ FORCE_INLINE __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    /* 2^n in two halves, so that results among the subnormals never flush. */
-    __m512i ni = _mm512_cvtps_epi32(n);
-    __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
-    __m512 s1 =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(127)), 23));
-    __m512 s2 =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
-    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    /* p * 2^n rounded once, subnormal results included: the bits of p * 2^(n / 2) * 2^(n - n / 2)
+     * (the exact first product, then one rounding), which this used to compute in 9 operations;
+     * the two were compared on all 2^32 inputs. */
+    return _mm512_scalef_ps(p, n);
 }
 
 /* cap * tanh(x / cap), through e = e^(-2|y|): tanh(|y|) = (1 - e) / (1 + e). */
