@@ -497,6 +497,22 @@ static const float *keys_f32(struct fx_attn_state *st, const struct fx_kv_run *k
     return st->rows;
 }
 
+/* Values for query lanes: a run of f16 or q8_0 rows converted into st->rows after the keys
+ * ([n_keys][dim_v] from FX_ATTN_RUN * dim_k), described in *f32; f32 rows are read in place.
+ * Every tile of outputs re-reads each value row (a block of 32 rows x 4 heads: 24 times), and
+ * widening once, as kv_load does (the same f32), keeps those conversions off the FMA pipes. */
+static const struct fx_kv_run *values_f32(struct fx_attn_state *st, const struct fx_kv_run *values,
+                                          int64_t n_keys, struct fx_kv_run *f32) {
+    if (values->type == FX_TYPE_F32)
+        return values;
+    float *dst = st->rows + FX_ATTN_RUN * st->dim_k;
+    fx_attn_rows_f32(fx_avx512_kv_load, values, n_keys, st->dim_v, dst);
+    *f32 = (struct fx_kv_run){.type = FX_TYPE_F32, .stride = (uint64_t)st->dim_v * sizeof(float)};
+    for (int b = 0; b < FX_ATTN_RUN / 16; b++)
+        f32->grp[b] = (const uint8_t *)(dst + 16 * b * st->dim_v);
+    return f32;
+}
+
 void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                         const struct fx_kv_run *key_run, const struct fx_kv_run *values,
                         int64_t n_keys, float scale, float softcap) {
@@ -532,7 +548,9 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
         if (j0 <= j1)
             softmax_lanes(st, first, last, o0, j0, j1, scale, softcap);
     }
+    struct fx_kv_run converted;
+    const struct fx_kv_run *value_rows = values_f32(st, values, n_keys, &converted);
     for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
         values_range(st, first, last, v0, v0 + 16 < st->n_q ? v0 + 16 : st->n_q, st->n_pad, 1,
-                     values);
+                     value_rows);
 }
