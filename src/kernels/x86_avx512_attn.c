@@ -497,13 +497,15 @@ static const float *keys_f32(struct fx_attn_state *st, const struct fx_kv_run *k
     return st->rows;
 }
 
-/* Values for query lanes: a run of f16 or q8_0 rows converted into st->rows after the keys
- * ([n_keys][dim_v] from FX_ATTN_RUN * dim_k), described in *f32; f32 rows are read in place.
- * Every tile of outputs re-reads each value row (a block of 32 rows x 4 heads: 24 times), and
- * widening once, as kv_load does (the same f32), keeps those conversions off the FMA pipes. */
+/* Values for query lanes: a run of q8_0 rows converted into st->rows after the keys
+ * ([n_keys][dim_v] from FX_ATTN_RUN * dim_k), described in *f32; f32 and f16 rows are read in
+ * place. Every tile of outputs re-reads each value row (a block of 32 rows x 4 heads: 24 times),
+ * and widening q8_0 codes takes three operations per 16 elements: once, as kv_load does (the
+ * same f32), keeps them off the FMA pipes. An f16 row widens in one, and its f32 copy (twice the
+ * bytes, beside the keys' f32 rows) measured slower with head size 128. */
 static const struct fx_kv_run *values_f32(struct fx_attn_state *st, const struct fx_kv_run *values,
                                           int64_t n_keys, struct fx_kv_run *f32) {
-    if (values->type == FX_TYPE_F32)
+    if (values->type != FX_TYPE_Q8_0)
         return values;
     float *dst = st->rows + FX_ATTN_RUN * st->dim_k;
     fx_attn_rows_f32(fx_avx512_kv_load, values, n_keys, st->dim_v, dst);
