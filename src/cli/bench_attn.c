@@ -1,13 +1,15 @@
-/* ferrox bench-attn: the speed of decode attention per KV cache type at a given depth.
+/* ferrox bench-attn: the speed of decode (or prefill) attention per KV cache type at a given
+ * depth.
  *
  * A case is (KV types, depth, head shape, threads). Its body is what the decoder's attention does
- * for one new token in one layer: for every KV head, the queries of its group attend to `depth`
- * cached keys and values, fed to the kernel in runs of FX_ATTN_RUN through the KV step (read in
- * place, the kernel converting f16 and q8_0), the workers claiming heads as the
- * decoder does. The cache is filled with random rows once; cycling through enough layers' worth
- * of cache (--cold-mb) keeps every call reading from memory, as a real token does. Prints the
- * median microseconds per layer and the GB/s of cache bytes read; one thread is timed in CPU
- * time. */
+ * for one new token in one layer (or, with --rows R, for one block of R new rows, as prefill's
+ * blocks of FX_ATT_BLOCK_ROWS): for every KV head, the queries of its group attend to `depth`
+ * cached keys and values (row r of R to the first depth - R + r + 1, causally), fed to the kernel
+ * in runs of FX_ATTN_RUN through the KV step (read in place, the kernel converting f16 and q8_0),
+ * the workers claiming heads as the decoder does. The cache is filled with random rows once;
+ * cycling through enough layers' worth of cache (--cold-mb) keeps every call reading from memory,
+ * as a real token does. Prints the median microseconds per layer and the GB/s of cache bytes read;
+ * one thread is timed in CPU time. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,17 +19,18 @@
 #include "cli/cli.h"
 #include "cli/util.h"
 #include "core/par.h"
+#include "decoder/decoder.h"
 #include "kernels/kernels.h"
 #include "kv/kv.h"
 
 struct attn_job {
     const struct fx_kernels *k;
     struct fx_kv_contig *kv;
-    int n_layer, group;
+    int n_layer, group, rows;
     int64_t head_dim;
     int32_t depth;
-    const float *q; /* [n_head_kv * group][head_dim] */
-    float *out;     /* [n_head_kv * group][head_dim] */
+    const float *q; /* [rows][n_head_kv * group][head_dim] */
+    float *out;     /* [n_head_kv][rows * group][head_dim] */
     float *state;   /* [nth][state floats] */
     float *tile;    /* [nth][2][FX_ATTN_RUN][head_dim] */
     int64_t state_floats;
@@ -37,21 +40,29 @@ struct attn_job {
 static void attend_head(const struct attn_job *j, int il, int g, float *state, float *tile) {
     const struct fx_kernels *k = j->k;
     int64_t hd = j->head_dim;
-    struct fx_kv_step s = {.kind = FX_KV_CONTIG, .u.contig = {.kv = j->kv, .pos0 = j->depth - 1}};
+    int64_t n_q = (int64_t)j->kv->n_head_kv * j->group;
+    struct fx_kv_step s = {.kind = FX_KV_CONTIG,
+                           .u.contig = {.kv = j->kv, .pos0 = j->depth - j->rows}};
     struct fx_attn_state st;
-    fx_attn_begin(&st, state, j->q + (int64_t)g * j->group * hd, 0, 1, j->group, hd, hd);
+    fx_attn_begin(&st, state, j->q + (int64_t)g * j->group * hd, n_q * hd, j->rows, j->group, hd,
+                  hd);
     for (int32_t t0 = 0; t0 < j->depth; t0 += FX_ATTN_RUN) {
         int32_t n = j->depth - t0 < FX_ATTN_RUN ? j->depth - t0 : FX_ATTN_RUN;
-        int32_t first = 0, last = n - 1;
+        int32_t first[FX_ATT_BLOCK_ROWS], last[FX_ATT_BLOCK_ROWS];
+        for (int r = 0; r < j->rows; r++) { /* row r sees positions 0 .. depth - rows + r */
+            int32_t seen = j->depth - j->rows + r - t0;
+            first[r] = 0;
+            last[r] = seen < n - 1 ? seen : n - 1;
+        }
         struct fx_kv_run keys, values;
         fx_kv_step_keys(&s, k, il, 0, g, t0, n, tile, &keys);
         fx_kv_step_values(&s, k, il, 0, g, t0, n, tile + FX_ATTN_RUN * hd, &values);
         int32_t next = j->depth - t0 - n < FX_ATTN_RUN ? j->depth - t0 - n : FX_ATTN_RUN;
         if (next > 0) /* as the decoder does */
             fx_kv_step_ahead(&s, il, 0, g, t0 + n, next, &keys, &values);
-        k->attn_run(&st, &first, &last, &keys, &values, n, 0.125f, 0.0f);
+        k->attn_run(&st, first, last, &keys, &values, n, 0.125f, 0.0f);
     }
-    k->attn_finish(j->out + (int64_t)g * j->group * hd, hd, st.acc, st.m, st.l, NULL, j->group, hd);
+    k->attn_finish(j->out + (int64_t)g * st.n_q * hd, hd, st.acc, st.m, st.l, NULL, st.n_q, hd);
 }
 
 static void attn_body(const struct fx_worker *w, void *arg) {
@@ -85,26 +96,31 @@ static int cmp_double(const void *a, const void *b) {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: ferrox bench-attn [-d DEPTHS] [-ctk TYPES] [--heads KV:GROUP:DIM] [-j N]\n"
-            "                         [--runs N] [--cold-mb MB]\n\n"
-            "Decode attention of one token over DEPTH cached positions, per KV cache type\n"
-            "(keys and values of the same type): microseconds per layer and GB/s of cache read.\n\n"
+            "                         [--rows R] [--runs N] [--cold-mb MB]\n\n"
+            "Decode attention of one token (or a prefill block of R rows) over DEPTH cached\n"
+            "positions, per KV cache type (keys and values of the same type): microseconds per\n"
+            "layer and GB/s of cache read.\n\n"
             "  -d LIST          depths (default 4096,32768)\n"
             "  -ctk LIST        cache types (default f32,f16,q8_0)\n"
             "  --heads K:G:D    K KV heads of D elements, G query heads each (default 8:4:64,\n"
             "                   llama-3.2-1b)\n"
             "  -j N             threads (default 2)\n"
+            "  --rows R         new rows per layer, the last R positions of the depth, as one\n"
+            "                   prefill block (default 1, decode; at most %d)\n"
             "  --runs N         timed runs, the median is printed (default 5)\n"
-            "  --cold-mb MB     cache bytes cycled through (default 512)\n");
+            "  --cold-mb MB     cache bytes cycled through (default 512)\n",
+            FX_ATT_BLOCK_ROWS);
 }
 
 int fx_cli_bench_attn(int argc, char **argv) {
     int *depths = NULL, n_depths = 0, n_threads = 2, runs = 5, cold_mb = 512;
-    int n_head_kv = 8, group = 4, head_dim = 64;
+    int n_head_kv = 8, group = 4, head_dim = 64, rows = 1;
     enum fx_type types[3] = {FX_TYPE_F32, FX_TYPE_F16, FX_TYPE_Q8_0};
     int n_types = 3;
     static const struct option opts[] = {{"cache-type-k", required_argument, NULL, 'c'},
                                          {"heads", required_argument, NULL, 'H'},
                                          {"runs", required_argument, NULL, 'r'},
+                                         {"rows", required_argument, NULL, 'R'},
                                          {"cold-mb", required_argument, NULL, 'm'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
@@ -121,6 +137,9 @@ int fx_cli_bench_attn(int argc, char **argv) {
             break;
         case 'r':
             ok = fx_cli_parse_int(optarg, 1, 1000, &runs);
+            break;
+        case 'R':
+            ok = fx_cli_parse_int(optarg, 1, FX_ATT_BLOCK_ROWS, &rows);
             break;
         case 'm':
             ok = fx_cli_parse_int(optarg, 0, 1 << 20, &cold_mb);
@@ -163,6 +182,13 @@ int fx_cli_bench_attn(int argc, char **argv) {
             return 1;
         memcpy(depths, def, sizeof def);
     }
+    for (int d = 0; d < n_depths; d++)
+        if (depths[d] < rows) {
+            fprintf(stderr, "ferrox bench-attn: depth %d holds fewer than %d rows\n", depths[d],
+                    rows);
+            free(depths);
+            return 2;
+        }
     clock_id = n_threads == 1 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
     const struct fx_kernels *k = fx_kernels();
     struct fx_pool *pool;
@@ -172,8 +198,8 @@ int fx_cli_bench_attn(int argc, char **argv) {
         free(depths);
         return 1;
     }
-    int64_t n_q = (int64_t)n_head_kv * group;
-    int64_t state_floats = fx_attn_state_floats(group, head_dim, head_dim);
+    int64_t n_q = (int64_t)rows * n_head_kv * group;
+    int64_t state_floats = fx_attn_state_floats((int64_t)rows * group, head_dim, head_dim);
     float *q = malloc(sizeof(float) * (size_t)(n_q * head_dim));
     float *out = malloc(sizeof(float) * (size_t)(n_q * head_dim));
     float *state = aligned_alloc(64, sizeof(float) * (size_t)(state_floats * n_threads));
@@ -188,8 +214,8 @@ int fx_cli_bench_attn(int argc, char **argv) {
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         q[i] = (float)((seed >> 40) & 0xffff) / 65536.0f - 0.5f;
     }
-    printf("| kv type | depth | heads (kv x group x dim) | threads | us / layer | GB/s |\n"
-           "|---|---:|---|---:|---:|---:|\n");
+    printf("| kv type | depth | rows | heads (kv x group x dim) | threads | us / layer | GB/s |\n"
+           "|---|---:|---:|---|---:|---:|---:|\n");
     for (int t = 0; t < n_types; t++)
         for (int d = 0; d < n_depths; d++) {
             uint64_t row_bytes;
@@ -218,6 +244,7 @@ int fx_cli_bench_attn(int argc, char **argv) {
                                  .kv = &kv,
                                  .n_layer = n_layer,
                                  .group = group,
+                                 .rows = rows,
                                  .head_dim = head_dim,
                                  .depth = depths[d],
                                  .q = q,
@@ -244,9 +271,9 @@ int fx_cli_bench_attn(int argc, char **argv) {
                 goto done;
             qsort(times, (size_t)runs, sizeof times[0], cmp_double);
             double med = times[runs / 2];
-            printf("| %s | %d | %d x %d x %d | %d | %.1f | %.1f |\n", fx_cli_kv_type_name(types[t]),
-                   depths[d], n_head_kv, group, head_dim, n_threads, med * 1e6,
-                   (double)layer_bytes / med / 1e9);
+            printf("| %s | %d | %d | %d x %d x %d | %d | %.1f | %.1f |\n",
+                   fx_cli_kv_type_name(types[t]), depths[d], rows, n_head_kv, group, head_dim,
+                   n_threads, med * 1e6, (double)layer_bytes / med / 1e9);
             fflush(stdout);
         }
     printf("\nkernels: %s\n", k->name);

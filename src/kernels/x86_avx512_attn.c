@@ -52,14 +52,10 @@ FORCE_INLINE __m512 exp16(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    /* 2^n in two halves, so that results among the subnormals never flush. */
-    __m512i ni = _mm512_cvtps_epi32(n);
-    __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
-    __m512 s1 =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, _mm512_set1_epi32(127)), 23));
-    __m512 s2 =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23));
-    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+    /* p * 2^n rounded once, subnormal results included: the bits of p * 2^(n / 2) * 2^(n - n / 2)
+     * (the exact first product, then one rounding), which this used to compute in 9 operations;
+     * the two were compared on all 2^32 inputs. */
+    return _mm512_scalef_ps(p, n);
 }
 
 /* cap * tanh(x / cap), through e = e^(-2|y|): tanh(|y|) = (1 - e) / (1 + e). */
@@ -283,15 +279,26 @@ static void softmax_lanes(struct fx_attn_state *st, const int32_t *first, const 
     }
     __m512 m_old = _mm512_load_ps(st->m + o0), m_new = _mm512_max_ps(m_old, run_max);
     __m512 m_sub = subtrahend16(m_new);
-    __m512 part[16]; /* part[j % 16]: the contract's partial sums */
+    /* part[j % 16]: the contract's partial sums, in registers: the keys go by aligned groups of
+     * 16, so that each key's partial is known when the loop is unrolled (an index known only at
+     * run time would keep the partials on the stack, every add a store and a reload). */
+    __m512 part[16];
+#pragma GCC unroll 16
     for (int i = 0; i < 16; i++)
         part[i] = _mm512_setzero_ps();
-    for (int64_t j = j0; j <= j1; j++) {
-        __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(p + j * st->n_pad), m_sub));
-        part[j % 16] = _mm512_add_ps(part[j % 16], e);
-        _mm512_store_ps(p + j * st->n_pad, e);
-    }
+    for (int64_t g = j0 - j0 % 16; g <= j1; g += 16)
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            int64_t j = g + i;
+            if (j < j0 || j > j1)
+                continue;
+            __m512 e = exp16(_mm512_sub_ps(_mm512_load_ps(p + j * st->n_pad), m_sub));
+            part[i] = _mm512_add_ps(part[i], e);
+            _mm512_store_ps(p + j * st->n_pad, e);
+        }
+#pragma GCC unroll 4
     for (int w = 8; w >= 1; w /= 2)
+#pragma GCC unroll 8
         for (int i = 0; i < w; i++)
             part[i] = _mm512_add_ps(part[i], part[i + w]);
     fold16(st, o0, m_old, m_new, m_sub, part[0]);
@@ -490,6 +497,24 @@ static const float *keys_f32(struct fx_attn_state *st, const struct fx_kv_run *k
     return st->rows;
 }
 
+/* Values for query lanes: a run of q8_0 rows converted into st->rows after the keys
+ * ([n_keys][dim_v] from FX_ATTN_RUN * dim_k), described in *f32; f32 and f16 rows are read in
+ * place. Every tile of outputs re-reads each value row (a block of 32 rows x 4 heads: 24 times),
+ * and widening q8_0 codes takes three operations per 16 elements: once, as kv_load does (the
+ * same f32), keeps them off the FMA pipes. An f16 row widens in one, and its f32 copy (twice the
+ * bytes, beside the keys' f32 rows) measured slower with head size 128. */
+static const struct fx_kv_run *values_f32(struct fx_attn_state *st, const struct fx_kv_run *values,
+                                          int64_t n_keys, struct fx_kv_run *f32) {
+    if (values->type != FX_TYPE_Q8_0)
+        return values;
+    float *dst = st->rows + FX_ATTN_RUN * st->dim_k;
+    fx_attn_rows_f32(fx_avx512_kv_load, values, n_keys, st->dim_v, dst);
+    *f32 = (struct fx_kv_run){.type = FX_TYPE_F32, .stride = (uint64_t)st->dim_v * sizeof(float)};
+    for (int b = 0; b < FX_ATTN_RUN / 16; b++)
+        f32->grp[b] = (const uint8_t *)(dst + 16 * b * st->dim_v);
+    return f32;
+}
+
 void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                         const struct fx_kv_run *key_run, const struct fx_kv_run *values,
                         int64_t n_keys, float scale, float softcap) {
@@ -525,7 +550,9 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
         if (j0 <= j1)
             softmax_lanes(st, first, last, o0, j0, j1, scale, softcap);
     }
+    struct fx_kv_run converted;
+    const struct fx_kv_run *value_rows = values_f32(st, values, n_keys, &converted);
     for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
         values_range(st, first, last, v0, v0 + 16 < st->n_q ? v0 + 16 : st->n_q, st->n_pad, 1,
-                     values);
+                     value_rows);
 }
