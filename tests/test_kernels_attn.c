@@ -246,8 +246,8 @@ FX_TEST(kernels_attention_reads_key_tiles_as_their_rows) {
             for (int j = 0; j < N_KEYS; j++) {
                 g->kv_store(rows.type, d.keys[j], dim, rows.k + typed_at(&rows, j));
                 g->kv_store(rows.type, d.values[j], dim, rows.v + typed_at(&rows, j));
-                fx_kv_tile_put(tiles.type, dim, tiles.k + typed_at(&tiles, j - j % 16), j % 16,
-                               rows.k + typed_at(&rows, j));
+                fx_kv_tile_put(tiles.type, dim, tiles.k + typed_at(&tiles, j - j % 16), j % 16, 0,
+                               dim, rows.k + typed_at(&rows, j));
                 memcpy(tiles.v + typed_at(&tiles, j), rows.v + typed_at(&rows, j), rows.row);
             }
             for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {

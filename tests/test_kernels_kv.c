@@ -368,8 +368,8 @@ FX_TEST(kernels_kv_round_trip) {
 }
 
 /* Key tiles (kernels.h): 16 cached rows put into a tile's slots (in reverse order, at an
- * unaligned address) come back as the same bytes, and every table's kv_load_tile of the first n
- * slots gives the floats generic kv_load gives for those rows, the output's gaps untouched. */
+ * unaligned address) come back as the same bytes, and every table's kv_load_tile of any slots
+ * gives the floats generic kv_load gives for those rows, the output's gaps untouched. */
 FX_TEST(kernels_kv_tiles_hold_rows_and_load_as_them) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
@@ -387,25 +387,28 @@ FX_TEST(kernels_kv_tiles_hold_rows_and_load_as_them) {
             for (int jj = 0; jj < 16; jj++)
                 cached_row(type, jj, rows + jj * row_bytes, dim, scratch, &rng);
             for (int jj = 15; jj >= 0; jj--)
-                fx_kv_tile_put(type, dim, tile, jj, rows + jj * row_bytes);
+                fx_kv_tile_put(type, dim, tile, jj, 0, dim, rows + jj * row_bytes);
             for (int jj = 0; jj < 16; jj++) {
-                fx_kv_tile_get(type, dim, tile, jj, back);
+                fx_kv_tile_get(type, dim, tile, jj, 0, dim, back);
                 assert_memory_equal(back, rows + jj * row_bytes, (size_t)row_bytes);
             }
-            static const int64_t counts[] = {1, 7, 16};
+            /* slots j0 .. j0 + n - 1 */
+            static const int64_t slots[][2] = {{0, 1}, {0, 7}, {0, 16}, {5, 7}, {9, 7}, {15, 1}};
             int64_t dst_stride = dim + 3;
             size_t out_bytes = (size_t)(16 * dst_stride + 16) * 4;
             float *want = kref_alloc(out_bytes, 4), *got = kref_alloc(out_bytes, 8);
-            for (size_t ni = 0; ni < sizeof counts / sizeof counts[0]; ni++) {
-                int64_t n = counts[ni];
+            for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+                int64_t j0 = slots[si][0], n = slots[si][1];
                 memset(want, 0xa5, out_bytes);
-                tables[0]->kv_load(type, rows, row_bytes, n, dim, want, dst_stride);
+                tables[0]->kv_load(type, rows + j0 * row_bytes, row_bytes, n, dim, want,
+                                   dst_stride);
                 for (int k = 0; k < n_tables; k++) {
                     memset(got, 0xa5, out_bytes);
-                    tables[k]->kv_load_tile(type, tile, n, dim, got, dst_stride);
+                    tables[k]->kv_load_tile(type, tile, j0, n, dim, got, dst_stride);
                     if (memcmp(got, want, out_bytes) != 0)
-                        fail_msg("%s kv_load_tile %s dim %lld n %lld differs from kv_load",
-                                 tables[k]->name, fx_type_name(type), (long long)dim, (long long)n);
+                        fail_msg("%s kv_load_tile %s dim %lld slots %lld+%lld differ from kv_load",
+                                 tables[k]->name, fx_type_name(type), (long long)dim, (long long)j0,
+                                 (long long)n);
                 }
             }
             kref_free(rows);

@@ -138,15 +138,15 @@ void fx_axpy_generic(float *y, const float *x, float a, int64_t n);
 void fx_kv_store_generic(enum fx_type type, const float *src, int64_t dim, void *dst);
 void fx_kv_load_generic(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
                         int64_t dim, float *dst, int64_t dst_stride);
-void fx_kv_load_tile_generic(enum fx_type type, const void *tile, int64_t n, int64_t dim,
-                             float *dst, int64_t dst_stride);
+void fx_kv_load_tile_generic(enum fx_type type, const void *tile, int64_t j0, int64_t n,
+                             int64_t dim, float *dst, int64_t dst_stride);
 
 /* generic_attn.c */
 /* A table's kv_load and kv_load_tile (kernels.h). */
 typedef void (*fx_kv_load_fn)(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
                               int64_t dim, float *dst, int64_t dst_stride);
-typedef void (*fx_kv_load_tile_fn)(enum fx_type type, const void *tile, int64_t n, int64_t dim,
-                                   float *dst, int64_t dst_stride);
+typedef void (*fx_kv_load_tile_fn)(enum fx_type type, const void *tile, int64_t j0, int64_t n,
+                                   int64_t dim, float *dst, int64_t dst_stride);
 /* Rows 0 .. n - 1 of a run (rows or key tiles) as f32 rows of dim floats at dst ([n][dim]),
  * through load or load_tile. */
 void fx_attn_rows_f32(fx_kv_load_fn load, fx_kv_load_tile_fn load_tile, const struct fx_kv_run *r,

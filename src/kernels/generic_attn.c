@@ -49,7 +49,7 @@ void fx_attn_rows_f32(fx_kv_load_fn load, fx_kv_load_tile_fn load_tile, const st
     for (int64_t j = 0; j < n; j += 16) {
         int64_t rows = n - j < 16 ? n - j : 16;
         if (r->tiled)
-            load_tile(r->type, r->grp[j / 16], rows, dim, dst + j * dim, dim);
+            load_tile(r->type, r->grp[j / 16], 0, rows, dim, dst + j * dim, dim);
         else
             load(r->type, r->grp[j / 16], r->stride, rows, dim, dst + j * dim, dim);
     }

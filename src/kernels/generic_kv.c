@@ -43,12 +43,12 @@ void fx_kv_load_generic(enum fx_type type, const void *src, uint64_t src_stride,
     }
 }
 
-void fx_kv_load_tile_generic(enum fx_type type, const void *tile, int64_t n, int64_t dim,
-                             float *dst, int64_t dst_stride) {
+void fx_kv_load_tile_generic(enum fx_type type, const void *tile, int64_t j0, int64_t n,
+                             int64_t dim, float *dst, int64_t dst_stride) {
     const uint8_t *t = tile;
-    for (int64_t jj = 0; jj < n; jj++)
+    for (int64_t jj = j0; jj < j0 + n; jj++)
         for (int64_t i = 0; i < dim; i++) {
-            float *out = dst + jj * dst_stride + i;
+            float *out = dst + (jj - j0) * dst_stride + i;
             switch (type) {
             case FX_TYPE_F32:
                 memcpy(out, t + (i * 16 + jj) * 4, sizeof(float));

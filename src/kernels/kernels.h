@@ -261,10 +261,10 @@ struct fx_kernels {
     void (*kv_store)(enum fx_type type, const float *src, int64_t dim, void *dst);
     void (*kv_load)(enum fx_type type, const void *src, uint64_t src_stride, int64_t n, int64_t dim,
                     float *dst, int64_t dst_stride);
-    /* Slots 0 .. n - 1 (n <= 16) of a key tile of `type` to f32 rows dst_stride floats apart: the
-     * floats kv_load gives for the same rows. */
-    void (*kv_load_tile)(enum fx_type type, const void *tile, int64_t n, int64_t dim, float *dst,
-                         int64_t dst_stride);
+    /* Slots j0 .. j0 + n - 1 (j0 + n <= 16) of a key tile of `type` to f32 rows dst_stride floats
+     * apart: the floats kv_load gives for the same rows. */
+    void (*kv_load_tile)(enum fx_type type, const void *tile, int64_t j0, int64_t n, int64_t dim,
+                         float *dst, int64_t dst_stride);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
 

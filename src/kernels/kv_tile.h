@@ -8,10 +8,12 @@
 
 #include "kernels/types.h"
 
-/* Writes one row of dim elements of `type` (kv_store's encoding, row_bytes of it) into slot jj
- * (0..15) of tile. */
-void fx_kv_tile_put(enum fx_type type, int64_t dim, uint8_t *tile, int jj, const uint8_t *row);
-/* Reads slot jj of tile back as that row. */
-void fx_kv_tile_get(enum fx_type type, int64_t dim, const uint8_t *tile, int jj, uint8_t *row);
+/* Writes elements e0 .. e0 + n - 1 of a row of `type` into slot jj (0..15) of a tile of dim
+ * elements; part holds them in kv_store's encoding (q8_0: e0 and n whole blocks of 32). */
+void fx_kv_tile_put(enum fx_type type, int64_t dim, uint8_t *tile, int jj, int64_t e0, int64_t n,
+                    const uint8_t *part);
+/* Reads those elements of slot jj back in that encoding. */
+void fx_kv_tile_get(enum fx_type type, int64_t dim, const uint8_t *tile, int jj, int64_t e0,
+                    int64_t n, uint8_t *part);
 
 #endif

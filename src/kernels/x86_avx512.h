@@ -166,8 +166,8 @@ void fx_avx512_wide_iq4_xs(const struct fx_r16_tile *t);
 
 /* KV cache rows (x86_avx512_kv.c), with the shapes of kernels.h's entries. */
 void fx_avx512_kv_store(enum fx_type type, const float *src, int64_t dim, void *dst);
-void fx_avx512_kv_load_tile(enum fx_type type, const void *tile, int64_t n, int64_t dim, float *dst,
-                            int64_t dst_stride);
+void fx_avx512_kv_load_tile(enum fx_type type, const void *tile, int64_t j0, int64_t n, int64_t dim,
+                            float *dst, int64_t dst_stride);
 void fx_avx512_kv_load(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
                        int64_t dim, float *dst, int64_t dst_stride);
 

@@ -319,10 +319,15 @@ FORCE_INLINE __m512 kt16(const uint8_t *tile, int64_t i, __m512 dv,
     return _mm512_mul_ps(q, dv);
 }
 
+/* The scores ask for a share of the next run every this many elements: with head size 64 and
+ * f32 or f16 a run's keys and values are 16-32 KiB, and shares of half of them (one per block of
+ * 32 elements) stalled the core as the whole burst did (x86_avx512_attn.h). */
+#define AHEAD_ELEMS 8
+
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
  * keys (key tiles tile[0 .. NB - 1] in form F): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches a's share of the next run at each
- * block of 32 elements. */
+ * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches a's share of the next run every
+ * AHEAD_ELEMS elements. */
 FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
                               int64_t dim, const struct fx_avx512_ahead *a, const int QG,
                               const int NB, const enum fx_avx512_kt_form F) {
@@ -333,7 +338,6 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
         for (int b = 0; b < NB; b++)
             acc[q][b] = _mm512_setzero_ps();
     for (int64_t i0 = 0; i0 < dim; i0 += FX_QK) {
-        fx_avx512_ahead_part(a, i0 / FX_QK, dim / FX_QK);
         /* the q8_0 scales of elements i0 .. i0 + 31 (after the tile's dim * 16 codes) */
         __m512 dv[4];
 #pragma GCC unroll 4
@@ -341,6 +345,8 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
             dv[b] =
                 F == FX_KT_Q8 ? fp16x16(tile[b] + dim * 16 + i0 / FX_QK * 32) : _mm512_setzero_ps();
         for (int64_t i = i0; i < i0 + FX_QK; i++) {
+            if (i % AHEAD_ELEMS == 0)
+                fx_avx512_ahead_part(a, i / AHEAD_ELEMS, dim / AHEAD_ELEMS);
             __m512 k[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)

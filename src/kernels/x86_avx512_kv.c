@@ -121,11 +121,11 @@ void fx_avx512_kv_load(enum fx_type type, const void *src, uint64_t src_stride, 
     }
 }
 
-/* Slots 0 .. n - 1 of a tile of type T (kernels.h's layout) as f32 rows: element i0 + r of the
- * 16 slots (one vector each, r = 0 .. 15, widened as kv_load widens them: exact) transposed in
+/* Slots j0 .. j0 + n - 1 of a tile of type T (kernels.h's layout) as f32 rows: element i0 + r of
+ * the 16 slots (one vector each, r = 0 .. 15, widened as kv_load widens them: exact) transposed in
  * registers into 16 elements of each slot. dim: a multiple of 16. */
-FX_INLINE void load_tile(const uint8_t *t, int64_t n, int64_t dim, float *dst, int64_t dst_stride,
-                         const enum fx_type T) {
+FX_INLINE void load_tile(const uint8_t *t, int64_t j0, int64_t n, int64_t dim, float *dst,
+                         int64_t dst_stride, const enum fx_type T) {
     for (int64_t i0 = 0; i0 < dim; i0 += 16) {
         __m512 v[16];
         __m512 d =
@@ -142,26 +142,26 @@ FX_INLINE void load_tile(const uint8_t *t, int64_t n, int64_t dim, float *dst, i
                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(t + i * 16))), d);
         }
         transpose16(v);
-        for (int64_t jj = 0; jj < n; jj++)
-            _mm512_storeu_ps(dst + jj * dst_stride + i0, v[jj]);
+        for (int64_t jj = j0; jj < j0 + n; jj++)
+            _mm512_storeu_ps(dst + (jj - j0) * dst_stride + i0, v[jj]);
     }
 }
 
-void fx_avx512_kv_load_tile(enum fx_type type, const void *tile, int64_t n, int64_t dim, float *dst,
-                            int64_t dst_stride) {
+void fx_avx512_kv_load_tile(enum fx_type type, const void *tile, int64_t j0, int64_t n, int64_t dim,
+                            float *dst, int64_t dst_stride) {
     if (dim % 16) {
-        fx_kv_load_tile_generic(type, tile, n, dim, dst, dst_stride);
+        fx_kv_load_tile_generic(type, tile, j0, n, dim, dst, dst_stride);
         return;
     }
     switch (type) {
     case FX_TYPE_F32:
-        load_tile(tile, n, dim, dst, dst_stride, FX_TYPE_F32);
+        load_tile(tile, j0, n, dim, dst, dst_stride, FX_TYPE_F32);
         return;
     case FX_TYPE_F16:
-        load_tile(tile, n, dim, dst, dst_stride, FX_TYPE_F16);
+        load_tile(tile, j0, n, dim, dst, dst_stride, FX_TYPE_F16);
         return;
     case FX_TYPE_Q8_0:
-        load_tile(tile, n, dim, dst, dst_stride, FX_TYPE_Q8_0);
+        load_tile(tile, j0, n, dim, dst, dst_stride, FX_TYPE_Q8_0);
         return;
     default:
         FX_ASSERT(!"not a KV cache type");
