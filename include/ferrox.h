@@ -617,7 +617,8 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
                             struct fx_kv_pool **out, struct fx_error *err);
 void fx_kv_pool_free(struct fx_kv_pool *pool);
 /* Bytes of key and value memory the pool holds: what llama.cpp's cache of n_blocks * block_size
- * positions of the same types holds, to the byte. */
+ * positions of the same types holds, to the byte, when block_size is a multiple of 16 (keys are
+ * kept in tiles of 16 positions, and a block of another size pads its last one). */
 uint64_t fx_kv_pool_bytes(const struct fx_kv_pool *pool);
 
 /* A new, empty sequence. FX_ERR_CAPACITY when n_seq_max sequences are alive. */

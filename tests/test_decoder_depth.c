@@ -83,7 +83,8 @@ FX_TEST(decoder_depth_step_alone_equals_step_in_a_batch) {
                 for (int il = 0; il < c->n_layer; il++)
                     if (m->layers[il].swa)
                         for (int g = 0; g < c->n_head_kv; g++) {
-                            poison(fx_kv_contig_k(c, il, g, 0), (uint64_t)t0 * c->k_row);
+                            /* t0 / 16 whole key tiles, one after another */
+                            poison(fx_kv_contig_key(c, il, g, 0).tile, (uint64_t)t0 * c->k_row);
                             poison(fx_kv_contig_v(c, il, g, 0), (uint64_t)t0 * c->v_row);
                         }
                 FX_TEST_OK(fx_context_kv_truncate(cc, DEPTH, &e_));

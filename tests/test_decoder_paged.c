@@ -66,34 +66,53 @@ static void tokens(fx_token *out, int n, uint64_t salt) {
 
 /* ---- one sequence: paged against contiguous ----------------------------------------------- */
 
-FX_TEST(decoder_paged_token_matches_contiguous) {
-    enum { STEPS = 104 };
-    fx_token t[STEPS];
+/* `steps` token steps of a paged sequence in blocks of block_size against the contiguous cache:
+ * the same logits at every step. */
+static void paged_steps_match(const struct fx_model *m, const char *file, const enum fx_type *kv,
+                              int block_size, int steps, uint64_t salt) {
+    fx_token t[256];
     static float ref[NV], got[NV];
+    assert_true(steps <= 256);
+    struct fx_context *cc = context(m, steps, 512, 2, kv, false);
+    struct fx_context *pc = context(m, steps, 512, 2, kv, true);
+    struct fx_kv_pool *pl = pool(m, (steps + block_size - 1) / block_size, block_size, kv);
+    fx_seq_id s = new_seq(pl);
+    tokens(t, steps, salt);
+    for (int i = 0; i < steps; i++) {
+        FX_TEST_OK(fx_forward_token(cc, t[i], i, ref, &e_));
+        FX_TEST_OK(fx_forward_token_paged(pc, pl, s, t[i], i, got, &e_));
+        if (memcmp(ref, got, sizeof ref) != 0)
+            fail_msg("%s, KV %s/%s, blocks of %d, step %d: paged logits differ", file,
+                     fx_type_name(kv[0]), fx_type_name(kv[1]), block_size, i);
+    }
+    assert_int_equal(fx_kv_seq_len(pl, s), steps);
+    fx_kv_pool_free(pl);
+    fx_context_free(pc);
+    fx_context_free(cc);
+}
+
+FX_TEST(decoder_paged_token_matches_contiguous) {
     for (size_t f = 0; f < N_ARCH; f++) {
         struct fx_model *m = fx_test_load_model(ARCH_FILES[f]);
         for (size_t k = 0; k < sizeof KV_TYPES / sizeof KV_TYPES[0]; k++) {
             int block_size = f % 2 ? 16 : 5; /* a block size that does not divide the runs */
-            struct fx_context *cc = context(m, STEPS, 512, 2, KV_TYPES[k], false);
-            struct fx_context *pc = context(m, STEPS, 512, 2, KV_TYPES[k], true);
-            struct fx_kv_pool *pl =
-                pool(m, (STEPS + block_size - 1) / block_size, block_size, KV_TYPES[k]);
-            fx_seq_id s = new_seq(pl);
-            tokens(t, STEPS, f);
-            for (int i = 0; i < STEPS; i++) {
-                FX_TEST_OK(fx_forward_token(cc, t[i], i, ref, &e_));
-                FX_TEST_OK(fx_forward_token_paged(pc, pl, s, t[i], i, got, &e_));
-                if (memcmp(ref, got, sizeof ref) != 0)
-                    fail_msg("%s, KV %s/%s, step %d: paged logits differ", ARCH_FILES[f],
-                             fx_type_name(KV_TYPES[k][0]), fx_type_name(KV_TYPES[k][1]), i);
-            }
-            assert_int_equal(fx_kv_seq_len(pl, s), STEPS);
-            fx_kv_pool_free(pl);
-            fx_context_free(pc);
-            fx_context_free(cc);
+            paged_steps_match(m, ARCH_FILES[f], KV_TYPES[k], block_size, 104, f);
         }
         fx_model_free(m);
     }
+}
+
+/* Keys are kept in tiles of 16 positions inside each block: blocks of a multiple of 16 hand the
+ * kernel whole tiles in place (16, 32, 48: some that divide the runs of 64, some not), others
+ * (24, 40) split some groups of 16 over two blocks, and every one gives the contiguous logits,
+ * past two runs. */
+FX_TEST(decoder_paged_block_sizes_around_key_tiles) {
+    static const int sizes[] = {16, 32, 48, 24, 40};
+    struct fx_model *m = fx_test_load_model(ARCH_FILES[0]);
+    for (size_t k = 0; k < sizeof KV_TYPES / sizeof KV_TYPES[0]; k++)
+        for (size_t b = 0; b < sizeof sizes / sizeof sizes[0]; b++)
+            paged_steps_match(m, ARCH_FILES[0], KV_TYPES[k], sizes[b], 140, 7);
+    fx_model_free(m);
 }
 
 FX_TEST(decoder_paged_prefill_matches_contiguous) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/kv_tile.h"
 
 static const char *const tables[] = {"generic", "avx2", "avx512"};
 
@@ -24,11 +25,13 @@ struct case_data {
 enum { N_GROUPS = (N_KEYS + 15) / 16 };
 
 /* Keys and values stored as `type` (row bytes per row), each group of 16 rows at its own place
- * and the groups in reverse order, as a paged cache hands them to the kernel. */
+ * and the groups in reverse order, as a paged cache hands them to the kernel; the keys as key
+ * tiles (kernels.h) when tiled, a group's tile where its rows would be. */
 struct typed_cache {
     enum fx_type type;
+    bool tiled;
     uint64_t row;
-    uint8_t k[N_GROUPS * 16 * MAX_DIM * 2], v[N_GROUPS * 16 * MAX_DIM * 2]; /* f16 the largest */
+    uint8_t k[N_GROUPS * 16 * MAX_DIM * 4], v[N_GROUPS * 16 * MAX_DIM * 4]; /* f32 the largest */
 };
 
 /* Where row j of the typed cache lies (bytes from k or v). */
@@ -62,7 +65,7 @@ static void attend(const struct fx_kernels *k, const struct case_data *d,
         }
         struct fx_kv_run kr = {.type = FX_TYPE_F32, .stride = MAX_DIM * sizeof(float)}, vr = kr;
         if (tc)
-            kr.type = vr.type = tc->type, kr.stride = vr.stride = tc->row;
+            kr.type = vr.type = tc->type, kr.stride = vr.stride = tc->row, kr.tiled = tc->tiled;
         for (int b = 0; b < FX_ATTN_RUN / 16 && t0 + 16 * b < N_KEYS; b++) {
             int j = t0 + 16 * b;
             kr.grp[b] = tc ? tc->k + typed_at(tc, j) : (const uint8_t *)d->keys[j];
@@ -207,6 +210,67 @@ FX_TEST(kernels_attention_reads_f16_and_q8_0_rows_as_their_f32) {
                         for (int o = 0; o < n_rows * group; o++)
                             assert_memory_equal(in_place[o], as_f32[o],
                                                 sizeof(float) * (size_t)dim);
+                    }
+            }
+        }
+}
+
+/* Keys read from key tiles give the bits of the same keys read as rows, for every cache type, in
+ * key lanes (the tiles are the scores' operand) and query lanes (loaded as f32 rows) alike. The
+ * tile slots past the last key hold NaN bytes: read, never seen. */
+FX_TEST(kernels_attention_reads_key_tiles_as_their_rows) {
+    static struct case_data d;
+    static struct typed_cache rows, tiles;
+    const struct fx_kernels *g = fx_kernels_named("generic");
+    struct fx_test_rng rng = {13};
+    for (int o = 0; o < N_Q; o++)
+        for (int i = 0; i < MAX_DIM; i++)
+            d.q[o][i] = (float)(2.0 * fx_test_rng_normal(&rng));
+    for (int j = 0; j < N_KEYS; j++)
+        for (int i = 0; i < MAX_DIM; i++) {
+            d.keys[j][i] = (float)fx_test_rng_normal(&rng);
+            d.values[j][i] = (float)fx_test_rng_normal(&rng);
+        }
+    static const enum fx_type types[] = {FX_TYPE_F32, FX_TYPE_F16, FX_TYPE_Q8_0};
+    static const int dims[] = {64, 128, 256, 96};
+    static const int lengths[] = {1, 17, 64, 150};
+    static const int shapes[][2] = {{1, 2}, {1, 8}, {2, 3}, {5, 8}}; /* key and query lanes */
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            int dim = dims[di];
+            rows.type = tiles.type = types[ti];
+            tiles.tiled = true;
+            assert_true(fx_type_row_bytes(rows.type, dim, &rows.row));
+            tiles.row = rows.row;
+            memset(tiles.k, 0xff, sizeof tiles.k);
+            for (int j = 0; j < N_KEYS; j++) {
+                g->kv_store(rows.type, d.keys[j], dim, rows.k + typed_at(&rows, j));
+                g->kv_store(rows.type, d.values[j], dim, rows.v + typed_at(&rows, j));
+                fx_kv_tile_put(tiles.type, dim, tiles.k + typed_at(&tiles, j - j % 16), j % 16, 0,
+                               dim, rows.k + typed_at(&rows, j));
+                memcpy(tiles.v + typed_at(&tiles, j), rows.v + typed_at(&rows, j), rows.row);
+            }
+            for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+                const struct fx_kernels *k = fx_kernels_named(tables[t]);
+                if (!k)
+                    continue;
+                for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+                    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                        int n = lengths[li], n_rows = shapes[si][0], group = shapes[si][1];
+                        int lo[N_Q], hi[N_Q];
+                        for (int r = 0; r < n_rows; r++) {
+                            hi[r] = n - 1 - (r * 7) % 11;
+                            lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
+                        }
+                        static float from_tiles[N_Q][MAX_DIM], from_rows[N_Q][MAX_DIM];
+                        attend(k, &d, &tiles, 0, n_rows, group, lo, hi, dim, 0.0f, false,
+                               from_tiles[0]);
+                        attend(k, &d, &rows, 0, n_rows, group, lo, hi, dim, 0.0f, false,
+                               from_rows[0]);
+                        for (int o = 0; o < n_rows * group; o++)
+                            if (memcmp(from_tiles[o], from_rows[o], sizeof(float) * (size_t)dim))
+                                fail_msg("%s %s dim %d keys %d shape %dx%d: tiles differ from rows",
+                                         k->name, fx_type_name(rows.type), dim, n, n_rows, group);
                     }
             }
         }

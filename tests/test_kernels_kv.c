@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/kv_tile.h"
 #include "kernels_ref.h"
 
 static const enum fx_type kv_types[] = {FX_TYPE_F32, FX_TYPE_F16, FX_TYPE_Q8_0};
@@ -362,6 +363,59 @@ FX_TEST(kernels_kv_round_trip) {
             kref_free(row);
             kref_free(h);
             kref_free(h2);
+        }
+    }
+}
+
+/* Key tiles (kernels.h): 16 cached rows put into a tile's slots (in reverse order, at an
+ * unaligned address) come back as the same bytes, and every table's kv_load_tile of any slots
+ * gives the floats generic kv_load gives for those rows, the output's gaps untouched. */
+FX_TEST(kernels_kv_tiles_hold_rows_and_load_as_them) {
+    const struct fx_kernels *tables[3];
+    int n_tables = kref_tables(tables);
+    struct fx_test_rng rng = {707};
+    float scratch[512];
+    for (size_t t = 0; t < N_TYPES; t++) {
+        enum fx_type type = kv_types[t];
+        size_t align = kref_align(type);
+        for (int di = 0; di < n_dims_of(type); di++) {
+            int64_t dim = dims[di];
+            uint64_t row_bytes = kref_row_bytes(type, dim);
+            uint8_t *rows = kref_alloc((size_t)(16 * row_bytes), align);
+            uint8_t *tile = kref_alloc((size_t)fx_kv_tile_bytes(row_bytes), align + 4);
+            uint8_t *back = kref_alloc((size_t)row_bytes, align);
+            for (int jj = 0; jj < 16; jj++)
+                cached_row(type, jj, rows + jj * row_bytes, dim, scratch, &rng);
+            for (int jj = 15; jj >= 0; jj--)
+                fx_kv_tile_put(type, dim, tile, jj, 0, dim, rows + jj * row_bytes);
+            for (int jj = 0; jj < 16; jj++) {
+                fx_kv_tile_get(type, dim, tile, jj, 0, dim, back);
+                assert_memory_equal(back, rows + jj * row_bytes, (size_t)row_bytes);
+            }
+            /* slots j0 .. j0 + n - 1 */
+            static const int64_t slots[][2] = {{0, 1}, {0, 7}, {0, 16}, {5, 7}, {9, 7}, {15, 1}};
+            int64_t dst_stride = dim + 3;
+            size_t out_bytes = (size_t)(16 * dst_stride + 16) * 4;
+            float *want = kref_alloc(out_bytes, 4), *got = kref_alloc(out_bytes, 8);
+            for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+                int64_t j0 = slots[si][0], n = slots[si][1];
+                memset(want, 0xa5, out_bytes);
+                tables[0]->kv_load(type, rows + j0 * row_bytes, row_bytes, n, dim, want,
+                                   dst_stride);
+                for (int k = 0; k < n_tables; k++) {
+                    memset(got, 0xa5, out_bytes);
+                    tables[k]->kv_load_tile(type, tile, j0, n, dim, got, dst_stride);
+                    if (memcmp(got, want, out_bytes) != 0)
+                        fail_msg("%s kv_load_tile %s dim %lld slots %lld+%lld differ from kv_load",
+                                 tables[k]->name, fx_type_name(type), (long long)dim, (long long)j0,
+                                 (long long)n);
+                }
+            }
+            kref_free(rows);
+            kref_free(tile);
+            kref_free(back);
+            kref_free(want);
+            kref_free(got);
         }
     }
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kv_tile.h"
 #include "kv/paged.h"
 #include "model/model.h"
 
@@ -62,12 +63,27 @@ static uint64_t prefix_hash(const fx_token *tokens, int32_t n) {
     return h;
 }
 
+/* A key row's first 8 bytes, in or out of its tile slot (kv/kv.h). */
+static void key_marker(const struct fx_kv_pool *p, fx_seq_id seq, int il, int g, int32_t pos,
+                       uint64_t *k, bool put) {
+    uint8_t row[1 << 12]; /* on the stack: the random test runs threads */
+    assert_true(p->k_row <= sizeof row && p->k_row >= sizeof *k);
+    struct fx_kv_key_at at = fx_kv_pool_key(p, seq, il, g, pos);
+    fx_kv_tile_get(p->type_k, p->head_dim, at.tile, at.slot, 0, p->head_dim, row);
+    if (put) {
+        memcpy(row, k, sizeof *k);
+        fx_kv_tile_put(p->type_k, p->head_dim, at.tile, at.slot, 0, p->head_dim, row);
+    } else {
+        memcpy(k, row, sizeof *k);
+    }
+}
+
 /* Writes the markers of row pos of seq (whose tokens up to pos hash to h). */
 static void write_row(struct fx_kv_pool *p, fx_seq_id seq, int32_t pos, uint64_t h) {
     for (int il = 0; il < p->n_layer; il++)
         for (int g = 0; g < p->n_head_kv; g++) {
             uint64_t k = mark(h, il, g, false), v = mark(h, il, g, true);
-            memcpy(fx_kv_pool_k(p, seq, il, g, pos), &k, sizeof k);
+            key_marker(p, seq, il, g, pos, &k, true);
             memcpy(fx_kv_pool_v(p, seq, il, g, pos), &v, sizeof v);
         }
 }
@@ -81,7 +97,7 @@ static bool rows_ok(const struct fx_kv_pool *p, fx_seq_id seq) {
         for (int il = 0; il < p->n_layer; il++)
             for (int g = 0; g < p->n_head_kv; g++) {
                 uint64_t k, v;
-                memcpy(&k, fx_kv_pool_k(p, seq, il, g, pos), sizeof k);
+                key_marker(p, seq, il, g, pos, &k, false);
                 memcpy(&v, fx_kv_pool_v(p, seq, il, g, pos), sizeof v);
                 if (k != mark(h, il, g, false) || v != mark(h, il, g, true))
                     return false;
@@ -339,9 +355,10 @@ FX_TEST(kv_paged_create_params) {
 static const fx_token T[32] = {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
                                27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42};
 
-/* fx_kv_step_ahead tells attn_run where the next run's rows lie, group of 16 by group: the rows
- * of each group up to the end of its block (blocks of 16: whole groups; of 24: every other
- * group straddles a block and is told up to its end), and nothing past the run's n rows. */
+/* fx_kv_step_ahead tells attn_run where the next run's rows lie, group of 16 by group: the value
+ * rows of each group up to the end of its block (blocks of 16: whole groups; of 24: every other
+ * group straddles a block and is told up to its end), the whole key tile that holds the group's
+ * first key, and nothing past the run's n rows. */
 FX_TEST(kv_paged_step_ahead_names_the_next_runs_rows) {
     struct fx_model *m = tiny();
     for (int bs = 16; bs <= 24; bs += 8) {
@@ -358,11 +375,11 @@ FX_TEST(kv_paged_step_ahead_names_the_next_runs_rows) {
             for (int32_t b = 0; b < FX_ATTN_RUN / 16; b++) {
                 int32_t pos = 64 + 16 * b, rows = n - 16 * b < 0 ? 0 : n - 16 * b;
                 rows = rows < 16 ? rows : 16;
+                assert_int_equal(keys.next.bytes[b], rows > 0 ? 16 * p->k_row : 0);
                 rows = rows < bs - pos % bs ? rows : bs - pos % bs;
-                assert_int_equal(keys.next.bytes[b], (uint64_t)rows * p->k_row);
                 assert_int_equal(values.next.bytes[b], (uint64_t)rows * p->v_row);
                 if (rows > 0) {
-                    assert_ptr_equal(keys.next.at[b], fx_kv_pool_k(p, seq, il, g, pos));
+                    assert_ptr_equal(keys.next.at[b], fx_kv_pool_key(p, seq, il, g, pos).tile);
                     assert_ptr_equal(values.next.at[b], fx_kv_pool_v(p, seq, il, g, pos));
                 }
             }

@@ -123,6 +123,34 @@ FX_TEST(kv_state_round_trip_bit_identical) {
     }
 }
 
+/* Files keep keys as rows whatever the cache's layout: a prompt saved by the build before keys
+ * were kept in tiles (tests/state, written with commit 4805e2a's library: llama-tiny.F32, P1,
+ * a context of 64) loads and continues bit for bit as the prompt computed here. */
+FX_TEST(kv_state_loads_files_written_before_key_tiles) {
+    static float a[(STEPS + 1) * NV], b[(STEPS + 1) * NV];
+    struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
+    for (size_t k = 0; k < N_KV_TYPES; k++) {
+        char path[256];
+        snprintf(path, sizeof path, "tests/state/llama-tiny.F32.%s-%s.state",
+                 fx_type_name(KV_TYPES[k][0]), fx_type_name(KV_TYPES[k][1]));
+        struct fx_context *ctx = context(m, 64, KV_TYPES[k], false);
+        FX_TEST_OK(fx_forward_batch_last(ctx, P1, 16, 0, a, &e_));
+        greedy(ctx, 16, STEPS, a);
+        fx_context_free(ctx);
+        ctx = context(m, 64, KV_TYPES[k], false);
+        int32_t n_loaded = -1;
+        FX_TEST_OK(fx_context_state_load(ctx, path, P1, 16, &n_loaded, &e_));
+        assert_int_equal(n_loaded, 15);
+        FX_TEST_OK(fx_forward_token(ctx, P1[15], 15, b, &e_));
+        greedy(ctx, 16, STEPS, b);
+        for (int i = 0; i <= STEPS; i++)
+            if (memcmp(a + (size_t)i * NV, b + (size_t)i * NV, NV * sizeof(float)) != 0)
+                fail_msg("%s, row %d: logits after loading differ", path, i);
+        fx_context_free(ctx);
+    }
+    fx_model_free(m);
+}
+
 FX_TEST(kv_state_loads_common_prefix) {
     struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
     const char *path = fx_test_tmpfile("prefix.state");

@@ -14,6 +14,7 @@
 #include "core/par.h"
 #include "decoder/decoder.h"
 #include "ferrox.h"
+#include "kernels/kv_tile.h"
 #include "spec/drafter.h"
 
 static const char *const MODELS[] = {"qwen35-tiny.F32", "qwen35-tiny.Q8_0", "qwen35moe-tiny.F32"};
@@ -133,12 +134,22 @@ static void assert_same_mtp_cache(const struct fx_context *a, const struct fx_co
     const struct fx_model *m = a->model;
     int kl = m->layers[m->hp.n_layer].kv_il;
     assert_true(fx_context_mtp_len(a) >= n && fx_context_mtp_len(b) >= n);
+    uint8_t *ka = malloc(a->kv.k_row), *kb = malloc(a->kv.k_row);
+    assert_non_null(ka);
+    assert_non_null(kb);
     for (int g = 0; g < a->kv.n_head_kv; g++) {
-        assert_memory_equal(fx_kv_contig_k(&a->kv, kl, g, 0), fx_kv_contig_k(&b->kv, kl, g, 0),
-                            (size_t)n * a->kv.k_row);
+        for (int32_t p = 0; p < n; p++) { /* keys: each row out of its tile slot */
+            struct fx_kv_key_at at = fx_kv_contig_key(&a->kv, kl, g, p);
+            struct fx_kv_key_at bt = fx_kv_contig_key(&b->kv, kl, g, p);
+            fx_kv_tile_get(a->kv.type_k, a->kv.head_dim, at.tile, at.slot, 0, a->kv.head_dim, ka);
+            fx_kv_tile_get(b->kv.type_k, b->kv.head_dim, bt.tile, bt.slot, 0, b->kv.head_dim, kb);
+            assert_memory_equal(ka, kb, (size_t)a->kv.k_row);
+        }
         assert_memory_equal(fx_kv_contig_v(&a->kv, kl, g, 0), fx_kv_contig_v(&b->kv, kl, g, 0),
                             (size_t)n * a->kv.v_row);
     }
+    free(ka);
+    free(kb);
 }
 
 /* Plain decoding of text[0..np) on to n tokens at temperature t (seed 7) on plain, into text. */

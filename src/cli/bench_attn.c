@@ -236,8 +236,9 @@ int fx_cli_bench_attn(int argc, char **argv) {
                             seed = seed * 6364136223846793005ull + 1442695040888963407ull;
                             row[i] = (float)((seed >> 40) & 0xffff) / 32768.0f - 1.0f;
                         }
-                        k->kv_store(types[t], row, head_dim, fx_kv_contig_k(&kv, il, g, p));
-                        k->kv_store(types[t], row, head_dim, fx_kv_contig_v(&kv, il, g, p));
+                        /* the key and value of position p of every head, as a step writes them */
+                        struct fx_kv_step s = {.kind = FX_KV_CONTIG, .u.contig = {.kv = &kv}};
+                        fx_kv_step_store(&s, k, il, p, g, row, row);
                     }
             kv.n_filled = depths[d];
             struct attn_job j = {.k = k,

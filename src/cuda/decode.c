@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "kernels/kv_tile.h"
 #include "cuda/cuda.h"
 
 struct dev_layer {
@@ -410,27 +411,49 @@ fx_status fx_cuda_decoder_forward(struct fx_cuda_decoder *d, const struct fx_fwd
 }
 
 /* Copies rows p0 .. p1 - 1 of every device layer and head between the host cache and the device's:
- * per layer, keys then values, each one strided block (heads n_ctx rows apart on both sides). */
+ * per layer, keys then values, each one strided block (heads n_ctx rows apart on the device).
+ * The device keeps keys as rows and the host as tiles (kv/kv.h): they pass through rows, the
+ * layer's heads n rows apart, gathered out of the host's tiles or scattered into them. */
 static fx_status copy_rows(struct fx_cuda_decoder *d, const struct fx_kv_contig *kv, int32_t p0,
                            int32_t p1, bool to_host, struct fx_error *err) {
     if (p1 <= p0)
         return FX_OK;
-    size_t n = (size_t)(p1 - p0);
-    for (int il = d->il0; il < kv->n_layer; il++) {
+    size_t n = (size_t)(p1 - p0), heads = (size_t)kv->n_head_kv;
+    uint8_t *keys = malloc(heads * n * kv->k_row); /* [n_head_kv][n][k_row] */
+    if (!keys)
+        return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
+                            "out of memory for %zu key rows to copy", heads * n);
+    fx_status st = FX_OK;
+    for (int il = d->il0; il < kv->n_layer && !st; il++) {
         const struct dev_layer *l = &d->layers[il];
-        for (int kv_v = 0; kv_v < 2; kv_v++) {
-            size_t row = kv_v ? kv->v_row : kv->k_row, pitch = (size_t)kv->n_ctx * row;
-            uint8_t *host = kv_v ? fx_kv_contig_v(kv, il, 0, p0) : fx_kv_contig_k(kv, il, 0, p0);
-            uint8_t *dev = (uint8_t *)(kv_v ? l->v_cache : l->k_cache) + (size_t)p0 * row;
-            fx_status st =
-                to_host
-                    ? fx_cuda_copy_2d(host, pitch, dev, pitch, n * row, (size_t)kv->n_head_kv, err)
-                    : fx_cuda_copy_2d(dev, pitch, host, pitch, n * row, (size_t)kv->n_head_kv, err);
-            if (st)
-                return st;
-        }
+        size_t k_pitch = (size_t)kv->n_ctx * kv->k_row, k_bytes = n * kv->k_row;
+        uint8_t *k_dev = (uint8_t *)l->k_cache + (size_t)p0 * kv->k_row;
+        if (!to_host)
+            for (size_t g = 0; g < heads; g++)
+                for (int32_t p = p0; p < p1; p++) {
+                    struct fx_kv_key_at key = fx_kv_contig_key(kv, il, (int)g, p);
+                    fx_kv_tile_get(kv->type_k, kv->head_dim, key.tile, key.slot, 0, kv->head_dim,
+                                   keys + (g * n + (size_t)(p - p0)) * kv->k_row);
+                }
+        st = to_host ? fx_cuda_copy_2d(keys, k_bytes, k_dev, k_pitch, k_bytes, heads, err)
+                     : fx_cuda_copy_2d(k_dev, k_pitch, keys, k_bytes, k_bytes, heads, err);
+        if (!st && to_host)
+            for (size_t g = 0; g < heads; g++)
+                for (int32_t p = p0; p < p1; p++) {
+                    struct fx_kv_key_at key = fx_kv_contig_key(kv, il, (int)g, p);
+                    fx_kv_tile_put(kv->type_k, kv->head_dim, key.tile, key.slot, 0, kv->head_dim,
+                                   keys + (g * n + (size_t)(p - p0)) * kv->k_row);
+                }
+        size_t v_pitch = (size_t)kv->n_ctx * kv->v_row;
+        uint8_t *v_host = fx_kv_contig_v(kv, il, 0, p0);
+        uint8_t *v_dev = (uint8_t *)l->v_cache + (size_t)p0 * kv->v_row;
+        if (!st)
+            st = to_host
+                     ? fx_cuda_copy_2d(v_host, v_pitch, v_dev, v_pitch, n * kv->v_row, heads, err)
+                     : fx_cuda_copy_2d(v_dev, v_pitch, v_host, v_pitch, n * kv->v_row, heads, err);
     }
-    return FX_OK;
+    free(keys);
+    return st;
 }
 
 fx_status fx_cuda_decoder_kv_to_host(struct fx_cuda_decoder *d, struct fx_kv_contig *kv,

@@ -72,6 +72,7 @@ static void merge(struct fx_kernels *t, const struct fx_kernels *over,
     TAKE(attn_finish);
     TAKE(kv_store);
     TAKE(kv_load);
+    TAKE(kv_load_tile);
     TAKE(argmax);
     TAKE(l2_norm);
     TAKE(conv_rows);

@@ -64,6 +64,7 @@ const struct fx_kernels fx_kernels_generic = {
     .attn_finish = fx_attn_finish_generic,
     .kv_store = fx_kv_store_generic,
     .kv_load = fx_kv_load_generic,
+    .kv_load_tile = fx_kv_load_tile_generic,
     .argmax = fx_argmax_generic,
     .l2_norm = fx_l2_norm_generic,
     .conv_rows = fx_conv_rows_generic,

@@ -138,14 +138,19 @@ void fx_axpy_generic(float *y, const float *x, float a, int64_t n);
 void fx_kv_store_generic(enum fx_type type, const float *src, int64_t dim, void *dst);
 void fx_kv_load_generic(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
                         int64_t dim, float *dst, int64_t dst_stride);
+void fx_kv_load_tile_generic(enum fx_type type, const void *tile, int64_t j0, int64_t n,
+                             int64_t dim, float *dst, int64_t dst_stride);
 
 /* generic_attn.c */
-/* The kv_load of a table (kernels.h). */
+/* A table's kv_load and kv_load_tile (kernels.h). */
 typedef void (*fx_kv_load_fn)(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
                               int64_t dim, float *dst, int64_t dst_stride);
-/* Rows 0 .. n - 1 of a run as f32 rows of dim floats at dst ([n][dim]), through load. */
-void fx_attn_rows_f32(fx_kv_load_fn load, const struct fx_kv_run *r, int64_t n, int64_t dim,
-                      float *dst);
+typedef void (*fx_kv_load_tile_fn)(enum fx_type type, const void *tile, int64_t j0, int64_t n,
+                                   int64_t dim, float *dst, int64_t dst_stride);
+/* Rows 0 .. n - 1 of a run (rows or key tiles) as f32 rows of dim floats at dst ([n][dim]),
+ * through load or load_tile. */
+void fx_attn_rows_f32(fx_kv_load_fn load, fx_kv_load_tile_fn load_tile, const struct fx_kv_run *r,
+                      int64_t n, int64_t dim, float *dst);
 /* Asks for all of keys->next and values->next into L1 at once (struct fx_kv_ahead). */
 void fx_attn_prefetch_next(const struct fx_kv_run *keys, const struct fx_kv_run *values);
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,

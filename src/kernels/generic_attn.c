@@ -44,10 +44,15 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
         st->acc[i] = 0.0f;
 }
 
-void fx_attn_rows_f32(fx_kv_load_fn load, const struct fx_kv_run *r, int64_t n, int64_t dim,
-                      float *dst) {
-    for (int64_t j = 0; j < n; j += 16)
-        load(r->type, r->grp[j / 16], r->stride, n - j < 16 ? n - j : 16, dim, dst + j * dim, dim);
+void fx_attn_rows_f32(fx_kv_load_fn load, fx_kv_load_tile_fn load_tile, const struct fx_kv_run *r,
+                      int64_t n, int64_t dim, float *dst) {
+    for (int64_t j = 0; j < n; j += 16) {
+        int64_t rows = n - j < 16 ? n - j : 16;
+        if (r->tiled)
+            load_tile(r->type, r->grp[j / 16], 0, rows, dim, dst + j * dim, dim);
+        else
+            load(r->type, r->grp[j / 16], r->stride, rows, dim, dst + j * dim, dim);
+    }
 }
 
 /* The cache lines of bytes bytes from p. */
@@ -70,8 +75,9 @@ void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const i
     /* Every row's keys lie within the first n_keys: those rows as f32, keys then values. */
     const int64_t k_stride = st->dim_k, v_stride = st->dim_v;
     float *keys = st->rows, *values = st->rows + n_keys * k_stride;
-    fx_attn_rows_f32(fx_kv_load_generic, key_run, n_keys, k_stride, keys);
-    fx_attn_rows_f32(fx_kv_load_generic, value_run, n_keys, v_stride, values);
+    fx_attn_rows_f32(fx_kv_load_generic, fx_kv_load_tile_generic, key_run, n_keys, k_stride, keys);
+    fx_attn_rows_f32(fx_kv_load_generic, fx_kv_load_tile_generic, value_run, n_keys, v_stride,
+                     values);
     for (int64_t o = 0; o < st->n_q; o++) {
         int64_t r = o / st->group, j0 = first[r], j1 = last[r];
         if (j0 > j1)

@@ -126,12 +126,24 @@ struct fx_kv_ahead {
     uint32_t bytes[FX_ATTN_RUN / 16];
 };
 
-/* A run's key or value rows as they lie in a KV cache: row j of the run at
- * grp[j / 16] + (j % 16) * stride, in kv_store's encoding of `type` (f32, f16 or q8_0). Groups
- * of 16 rows, because a paged cache's blocks of 16 positions need not lie one after another. */
+/* A key tile: 16 consecutive positions of one KV head kept element-major, so that element i of
+ * the 16 keys is 16 consecutive values, the key-lane layout of decode attention. Its bytes are
+ * those of 16 rows of kv_store's encoding, rearranged: f32 and f16 [dim][16] (element i of slot
+ * jj at [i][jj]); q8_0 the codes int8 [dim][16], then the blocks' fp16 scales [dim / 32][16]
+ * (slot jj's scale of elements 32 s .. 32 s + 31 at [s][jj]). kernels/kv_tile.h moves rows in
+ * and out of one. */
+static inline uint64_t fx_kv_tile_bytes(uint64_t row_bytes) {
+    return 16 * row_bytes;
+}
+
+/* A run's key or value rows as they lie in a KV cache, in groups of 16 (a paged cache's blocks
+ * need not lie one after another), in kv_store's encoding of `type` (f32, f16 or q8_0): row j
+ * of the run at grp[j / 16] + (j % 16) * stride, or, when tiled, slot j % 16 of the key tile at
+ * grp[j / 16] (a tile's slots past the run are read but never seen). */
 struct fx_kv_run {
     enum fx_type type;
-    uint64_t stride; /* bytes between rows of a group */
+    bool tiled;
+    uint64_t stride; /* bytes between rows of a group (rows) */
     const uint8_t *grp[FX_ATTN_RUN / 16];
     struct fx_kv_ahead next; /* the next run's rows, to prefetch (zeros: none) */
 };
@@ -249,6 +261,10 @@ struct fx_kernels {
     void (*kv_store)(enum fx_type type, const float *src, int64_t dim, void *dst);
     void (*kv_load)(enum fx_type type, const void *src, uint64_t src_stride, int64_t n, int64_t dim,
                     float *dst, int64_t dst_stride);
+    /* Slots j0 .. j0 + n - 1 (j0 + n <= 16) of a key tile of `type` to f32 rows dst_stride floats
+     * apart: the floats kv_load gives for the same rows. */
+    void (*kv_load_tile)(enum fx_type type, const void *tile, int64_t j0, int64_t n, int64_t dim,
+                         float *dst, int64_t dst_stride);
     /* Index of the largest element, ties to the lowest index; NaN never wins. */
     int64_t (*argmax)(const float *x, int64_t n);
 

@@ -168,6 +168,7 @@ const struct fx_kernels fx_kernels_avx512_part = {
     .attn_run = fx_attn_run_avx512,
     .kv_store = fx_avx512_kv_store,
     .kv_load = fx_avx512_kv_load,
+    .kv_load_tile = fx_avx512_kv_load_tile,
     .conv_rows = fx_avx512_conv_rows,
     .delta_rows = fx_avx512_delta_rows,
 };

@@ -73,6 +73,36 @@ FX_INLINE void prefetch_block(const uint8_t *p, size_t block_bytes, int ahead) {
         _mm_prefetch((const char *)q + off, _MM_HINT_T0);
 }
 
+/* r[i] = the transpose of r: r[i] held row i of a 16 x 16 block of f32, now column i. */
+FX_INLINE void transpose16(__m512 r[16]) {
+    __m512 t[16];
+#pragma GCC unroll 8
+    for (int k = 0; k < 16; k += 2) {
+        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 16; k += 4)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512d a = _mm512_castps_pd(t[k + h]), b = _mm512_castps_pd(t[k + h + 2]);
+            r[k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+            r[k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
+        t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xdd);
+        t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
+        t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xdd);
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+}
+
 /* The first n of 16 lanes. */
 FX_INLINE __mmask16 lanes16(int n) {
     return (__mmask16)((1u << n) - 1);
@@ -136,6 +166,8 @@ void fx_avx512_wide_iq4_xs(const struct fx_r16_tile *t);
 
 /* KV cache rows (x86_avx512_kv.c), with the shapes of kernels.h's entries. */
 void fx_avx512_kv_store(enum fx_type type, const float *src, int64_t dim, void *dst);
+void fx_avx512_kv_load_tile(enum fx_type type, const void *tile, int64_t j0, int64_t n, int64_t dim,
+                            float *dst, int64_t dst_stride);
 void fx_avx512_kv_load(enum fx_type type, const void *src, uint64_t src_stride, int64_t n,
                        int64_t dim, float *dst, int64_t dst_stride);
 

@@ -314,31 +314,30 @@ FORCE_INLINE float sum_partials16(__m512 v) {
     return _mm512_cvtss_f32(v);
 }
 
-/* Element i of 16 keys of block b from kt (x86_avx512_attn.h's forms), widened as kv_load
- * widens them; dv: the block's q8_0 scales for element i. */
-FORCE_INLINE __m512 kt16(const void *kt, int64_t dim, int64_t i, int b, __m512 dv,
+/* Element i of the 16 keys of a key tile (kernels.h) in form F, widened as kv_load widens them;
+ * dv: the tile's q8_0 scales for element i. Tiles in a cache need not be 64-byte aligned. */
+FORCE_INLINE __m512 kt16(const uint8_t *tile, int64_t i, __m512 dv,
                          const enum fx_avx512_kt_form F) {
     if (F == FX_KT_F32)
-        return _mm512_load_ps((const float *)kt + i * FX_ATTN_RUN + 16 * b);
+        return _mm512_loadu_ps((const float *)tile + i * 16);
     if (F == FX_KT_F16)
-        return _mm512_cvtph_ps(
-            _mm256_load_si256((const __m256i *)((const uint16_t *)kt + i * FX_ATTN_RUN + 16 * b)));
-    const int8_t *codes = (const int8_t *)kt + b * fx_avx512_kt_q8_block(dim) + i * 16;
-    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)codes)));
+        return fp16x16(tile + i * 32);
+    __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(tile + i * 16)));
     return _mm512_mul_ps(q, dv);
 }
 
-/* The q8_0 scales of block b's 16 keys (x86_avx512_attn.h) for elements i0 .. i0 + 31. */
-FORCE_INLINE __m512 kt_scales16(const void *kt, int64_t dim, int b, int64_t i0) {
-    const int8_t *blk = (const int8_t *)kt + b * fx_avx512_kt_q8_block(dim);
-    return _mm512_load_ps((const float *)(blk + dim * 16) + i0 / FX_QK * 16);
-}
+/* The scores ask for a share of the next run every this many elements: with head size 64 and
+ * f32 or f16 a run's keys and values are 16-32 KiB, and shares of half of them (one per block of
+ * 32 elements) stalled the core as the whole burst did (x86_avx512_attn.h). */
+#define AHEAD_ELEMS 8
 
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
- * keys (kt's blocks from the first, in form F): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. */
-FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const void *kt, int64_t dim,
-                              const int QG, const int NB, const enum fx_avx512_kt_form F) {
+ * keys (key tiles tile[0 .. NB - 1] in form F): NB x QG chains of fused multiply-adds over the
+ * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches a's share of the next run every
+ * AHEAD_ELEMS elements. */
+FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
+                              int64_t dim, const struct fx_avx512_ahead *a, const int QG,
+                              const int NB, const enum fx_avx512_kt_form F) {
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
@@ -346,16 +345,19 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const vo
         for (int b = 0; b < NB; b++)
             acc[q][b] = _mm512_setzero_ps();
     for (int64_t i0 = 0; i0 < dim; i0 += FX_QK) {
-        /* the q8_0 scales of elements i0 .. i0 + 31 */
+        /* the q8_0 scales of elements i0 .. i0 + 31 (after the tile's dim * 16 codes) */
         __m512 dv[4];
 #pragma GCC unroll 4
         for (int b = 0; b < NB; b++)
-            dv[b] = F == FX_KT_Q8 ? kt_scales16(kt, dim, b, i0) : _mm512_setzero_ps();
+            dv[b] =
+                F == FX_KT_Q8 ? fp16x16(tile[b] + dim * 16 + i0 / FX_QK * 32) : _mm512_setzero_ps();
         for (int64_t i = i0; i < i0 + FX_QK; i++) {
+            if (i % AHEAD_ELEMS == 0)
+                fx_avx512_ahead_part(a, i / AHEAD_ELEMS, dim / AHEAD_ELEMS);
             __m512 k[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
-                k[b] = kt16(kt, dim, i, b, dv[b], F);
+                k[b] = kt16(tile[b], i, dv[b], F);
 #pragma GCC unroll 4
             for (int q = 0; q < QG; q++) {
                 __m512 qi = _mm512_set1_ps(qt[i * n_pad + q]);
@@ -372,13 +374,14 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const vo
             _mm512_store_ps(s + q * FX_ATTN_RUN + 16 * b, acc[q][b]);
 }
 
-typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const void *kt,
-                               int64_t dim);
+typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
+                               int64_t dim, const struct fx_avx512_ahead *a);
 
 #define SCORES_KEYS(NAME, QG, NB, F)                                                               \
-    NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad, const void *kt,   \
-                                       int64_t dim) {                                              \
-        scores_keys(s, qt, n_pad, kt, dim, QG, NB, F);                                             \
+    NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,                   \
+                                       const uint8_t *const *tile, int64_t dim,                    \
+                                       const struct fx_avx512_ahead *a) {                          \
+        scores_keys(s, qt, n_pad, tile, dim, a, QG, NB, F);                                        \
     }
 #define SCORES_KEYS_NB(NAME, QG, F)                                                                \
     SCORES_KEYS(NAME, QG, 1, F)                                                                    \
@@ -430,20 +433,29 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
     span(st, first, last, 0, n_q, &j0, &j1);
     if (j0 > j1)
         return;
-    /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64). */
+    /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64), from
+     * the cache's key tiles, or from rows transposed into st->kt (which then prefetches the next
+     * run; the scores of tiles do). */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
-    fx_avx512_attn_keys_t(st->kt, keys, values, dim, b0, b1, j1);
+    const uint8_t *tile[FX_ATTN_RUN / 16];
+    struct fx_avx512_ahead ahead = {{&keys->next, &values->next}, 0, 0};
+    if (keys->tiled) {
+        for (int64_t b = b0; b <= b1; b++)
+            tile[b - b0] = keys->grp[b];
+        ahead.g1 = FX_ATTN_RUN / 16;
+    } else {
+        fx_avx512_attn_keys_t(st->kt, keys, values, dim, b0, b1, j1);
+        for (int64_t b = b0; b <= b1; b++)
+            tile[b - b0] = (const uint8_t *)st->kt + b * fx_avx512_tile_bytes(keys->type, dim);
+    }
     enum fx_avx512_kt_form form = keys->type == FX_TYPE_F32   ? FX_KT_F32
                                   : keys->type == FX_TYPE_F16 ? FX_KT_F16
                                                               : FX_KT_Q8;
-    const void *kt = form == FX_KT_F32 ? (const void *)(st->kt + 16 * b0)
-                     : form == FX_KT_F16
-                         ? (const void *)((const uint16_t *)st->kt + 16 * b0)
-                         : (const void *)((const int8_t *)st->kt + b0 * fx_avx512_kt_q8_block(dim));
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
         scores_keys_by[form][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
-                                              st->n_pad, kt, dim);
+                                              st->n_pad, tile, dim, &ahead);
+        ahead.g1 = 0; /* the first queries' pass prefetched it */
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];
@@ -485,14 +497,14 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
  * stride, else converted into st->rows ([n_keys][dim]). */
 static const float *keys_f32(struct fx_attn_state *st, const struct fx_kv_run *keys, int64_t n_keys,
                              int64_t *k_stride) {
-    bool in_place = keys->type == FX_TYPE_F32;
+    bool in_place = keys->type == FX_TYPE_F32 && !keys->tiled;
     for (int64_t b = 1; b * 16 < n_keys && in_place; b++)
         in_place = keys->grp[b] == keys->grp[0] + 16 * b * keys->stride;
     if (in_place) {
         *k_stride = (int64_t)(keys->stride / sizeof(float));
         return (const float *)keys->grp[0];
     }
-    fx_attn_rows_f32(fx_avx512_kv_load, keys, n_keys, st->dim_k, st->rows);
+    fx_attn_rows_f32(fx_avx512_kv_load, fx_avx512_kv_load_tile, keys, n_keys, st->dim_k, st->rows);
     *k_stride = st->dim_k;
     return st->rows;
 }
@@ -508,7 +520,7 @@ static const struct fx_kv_run *values_f32(struct fx_attn_state *st, const struct
     if (values->type != FX_TYPE_Q8_0)
         return values;
     float *dst = st->rows + FX_ATTN_RUN * st->dim_k;
-    fx_attn_rows_f32(fx_avx512_kv_load, values, n_keys, st->dim_v, dst);
+    fx_attn_rows_f32(fx_avx512_kv_load, fx_avx512_kv_load_tile, values, n_keys, st->dim_v, dst);
     *f32 = (struct fx_kv_run){.type = FX_TYPE_F32, .stride = (uint64_t)st->dim_v * sizeof(float)};
     for (int b = 0; b < FX_ATTN_RUN / 16; b++)
         f32->grp[b] = (const uint8_t *)(dst + 16 * b * st->dim_v);

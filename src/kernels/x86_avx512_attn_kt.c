@@ -1,6 +1,6 @@
-/* A run's keys straight from the cache rows into the key-lane layout of x86_avx512_attn.c
- * (x86_avx512_attn.h: element i of 16 keys in key order, as f32, halves, or q8_0 codes and
- * scales).
+/* A run's key rows straight from the cache into the key-lane layout of x86_avx512_attn.c, key
+ * tiles (kernels.h: element i of 16 keys in key order, as f32, halves, or q8_0 codes and fp16
+ * scales), for runs whose cache does not keep its keys as tiles.
  *
  * Transposing before widening moves fewer bytes through the shuffles: 16 keys x 32 elements are
  * 16 registers of f16 or 8 of q8_0 codes, against 32 of f32, and neither needs a row-major f32
@@ -19,61 +19,12 @@ FORCE_INLINE const uint8_t *row_at(const struct fx_kv_run *r, int64_t j) {
     return r->grp[j / 16] + (uint64_t)(j % 16) * r->stride;
 }
 
-/* The next run's groups g0 .. g1 - 1 of keys and values (fx_kv_run.next), prefetched while a
- * block of keys is transposed, a share at each of the block's `parts` steps: spread between the
- * shuffles the lines arrive while the core works, where a burst of a whole run's lines (some 270
- * with head size 128 and q8_0, 500 with f16) would stall it until most of them came. */
-struct ahead {
-    const struct fx_kv_ahead *kv[2];
-    int g0, g1;
-};
-
-FORCE_INLINE void ahead_part(const struct ahead *a, int64_t part, int64_t parts) {
-    for (int g = a->g0; g < a->g1; g++)
-        for (int kind = 0; kind < 2; kind++) {
-            uintptr_t p = (uintptr_t)a->kv[kind]->at[g], first = p & ~(uintptr_t)63;
-            uint32_t bytes = a->kv[kind]->bytes[g];
-            uint64_t lines = bytes ? (p + bytes - first + 63) / 64 : 0;
-            for (uint64_t l = lines * part / parts; l < lines * (part + 1) / parts; l++)
-                __builtin_prefetch((const void *)(first + 64 * l), 0, 3);
-        }
-}
-
-/* r[i] = the transpose of r: r[i] held row i of a 16 x 16 block of f32, now column i. */
-FORCE_INLINE void transpose16(__m512 r[16]) {
-    __m512 t[16];
-#pragma GCC unroll 8
-    for (int k = 0; k < 16; k += 2) {
-        t[k] = _mm512_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm512_unpackhi_ps(r[k], r[k + 1]);
-    }
-#pragma GCC unroll 4
-    for (int k = 0; k < 16; k += 4)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512d a = _mm512_castps_pd(t[k + h]), b = _mm512_castps_pd(t[k + h + 2]);
-            r[k + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-            r[k + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        t[k] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0x88);
-        t[k + 4] = _mm512_shuffle_f32x4(r[k], r[k + 4], 0xdd);
-        t[k + 8] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0x88);
-        t[k + 12] = _mm512_shuffle_f32x4(r[k + 8], r[k + 12], 0xdd);
-    }
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
-        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
-        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
-    }
-}
-
-/* f32 keys, 16 elements a block: 16 rows of 16 in, 16 columns out (64 shuffles). */
+/* f32 keys, 16 elements a block: 16 rows of 16 in, 16 columns out (64 shuffles). kt: the
+ * block's tile. */
 static void block_f32(float *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim,
-                      const struct ahead *a) {
+                      const struct fx_avx512_ahead *a) {
     for (int64_t i0 = 0; i0 < dim; i0 += 16) {
-        ahead_part(a, i0 / 16, dim / 16);
+        fx_avx512_ahead_part(a, i0 / 16, dim / 16);
         __m512 r[16];
 #pragma GCC unroll 16
         for (int jj = 0; jj < 16; jj++)
@@ -82,7 +33,7 @@ static void block_f32(float *kt, const struct fx_kv_run *keys, int64_t j, int n,
         transpose16(r);
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++)
-            _mm512_store_ps(kt + (i0 + i) * FX_ATTN_RUN, r[i]);
+            _mm512_store_ps(kt + (i0 + i) * 16, r[i]);
     }
 }
 
@@ -113,14 +64,14 @@ FORCE_INLINE void transpose8_epi16(__m512i x[8]) {
 /* f16 keys, 32 elements a block: a row's 32 halves are one register (lane L: elements 8 L ..
  * 8 L + 7); the in-lane transposes of keys 0..7 and 8..15, then one two-source permute per
  * register pairs their lanes, so that each 256-bit half is one element of 16 keys (64
- * shuffles). They stay halves in kt (uint16_t [dim][FX_ATTN_RUN]): the scores widen them as they
- * load them, which costs no more than a load of f32 and stores half the bytes. */
+ * shuffles). They stay halves in the block's tile kt (uint16_t [dim][16]): the scores widen them
+ * as they load them, which costs no more than a load of f32 and stores half the bytes. */
 static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim,
-                      const struct ahead *a) {
+                      const struct fx_avx512_ahead *a) {
     const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
     const __m512i hi = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
     for (int64_t i0 = 0; i0 < dim; i0 += 32) {
-        ahead_part(a, i0 / 32, dim / 32);
+        fx_avx512_ahead_part(a, i0 / 32, dim / 32);
         __m512i r[16];
 #pragma GCC unroll 16
         for (int jj = 0; jj < 16; jj++)
@@ -131,11 +82,11 @@ static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int
         for (int t = 0; t < 8; t++) {
             __m512i e0 = _mm512_permutex2var_epi64(r[t], lo, r[t + 8]); /* elements t, 8 + t */
             __m512i e1 = _mm512_permutex2var_epi64(r[t], hi, r[t + 8]); /* 16 + t, 24 + t */
-            uint16_t *k = kt + (i0 + t) * FX_ATTN_RUN;
+            uint16_t *k = kt + (i0 + t) * 16;
             _mm256_store_si256((__m256i *)k, _mm512_castsi512_si256(e0));
-            _mm256_store_si256((__m256i *)(k + 8 * FX_ATTN_RUN), _mm512_extracti64x4_epi64(e0, 1));
-            _mm256_store_si256((__m256i *)(k + 16 * FX_ATTN_RUN), _mm512_castsi512_si256(e1));
-            _mm256_store_si256((__m256i *)(k + 24 * FX_ATTN_RUN), _mm512_extracti64x4_epi64(e1, 1));
+            _mm256_store_si256((__m256i *)(k + 8 * 16), _mm512_extracti64x4_epi64(e0, 1));
+            _mm256_store_si256((__m256i *)(k + 16 * 16), _mm512_castsi512_si256(e1));
+            _mm256_store_si256((__m256i *)(k + 24 * 16), _mm512_extracti64x4_epi64(e1, 1));
         }
     }
 }
@@ -144,19 +95,18 @@ static void block_f16(uint16_t *kt, const struct fx_kv_run *keys, int64_t j, int
  * elements 0..15 and 16..31 of key m, then of key m + 8); an in-lane 8 x 16 byte transpose
  * leaves two elements of 8 keys per lane, and one two-source permute per register gathers the
  * codes of four consecutive elements of 16 keys (32 shuffles), stored as they are: the scores
- * widen them and multiply by the keys' scales, which go beside them as f32. blk: the block's
- * codes [dim][16] then scales [dim / FX_QK][16] (fx_avx512_kt_q8_block). */
+ * widen them and multiply by the keys' scales, which go beside them as fp16. blk: the block's
+ * tile, codes [dim][16] then scales [dim / FX_QK][16]. */
 static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int n, int64_t dim,
-                       const struct ahead *ah) {
+                       const struct fx_avx512_ahead *ah) {
     /* the qwords of unpacklo_epi32 (y0) and unpackhi_epi32 (y1) that hold elements 4 t .. 4 t + 3
      * of the 16 keys, then 16 + 4 t .. 16 + 4 t + 3 */
     const __m512i first = _mm512_setr_epi64(0, 4, 1, 5, 8, 12, 9, 13);
     const __m512i second = _mm512_setr_epi64(2, 6, 3, 7, 10, 14, 11, 15);
     const uint64_t bs = sizeof(struct fx_block_q8_0);
-    float *scales = (float *)(blk + dim * 16);
     for (int64_t qb = 0; qb < dim / FX_QK; qb++) {
-        ahead_part(ah, qb, dim / FX_QK);
-        uint16_t d[16];
+        fx_avx512_ahead_part(ah, qb, dim / FX_QK);
+        uint16_t *d = (uint16_t *)(blk + dim * 16) + qb * 16; /* the 16 keys' scales */
         __m512i x[8];
 #pragma GCC unroll 8
         for (int m = 0; m < 8; m++) {
@@ -197,7 +147,6 @@ static void block_q8_0(int8_t *blk, const struct fx_kv_run *keys, int64_t j, int
             _mm512_store_si512(codes + (16 + 4 * t) * 16,
                                _mm512_permutex2var_epi64(y0, second, y1));
         }
-        _mm512_store_ps(scales + qb * 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)d)));
     }
 }
 
@@ -207,16 +156,17 @@ void fx_avx512_attn_keys_t(float *kt, const struct fx_kv_run *keys, const struct
     for (int64_t b = b0; b <= b1; b++) {
         int n = j1 - 16 * b + 1 < 16 ? (int)(j1 - 16 * b + 1) : 16, k = (int)(b - b0);
         /* the next run's groups shared out over this run's blocks */
-        struct ahead a = {{&keys->next, &values->next}, ng * k / nb, ng * (k + 1) / nb};
+        struct fx_avx512_ahead a = {{&keys->next, &values->next}, ng * k / nb, ng * (k + 1) / nb};
+        uint8_t *tile = (uint8_t *)kt + b * fx_avx512_tile_bytes(keys->type, dim);
         switch (keys->type) {
         case FX_TYPE_F32:
-            block_f32(kt + 16 * b, keys, 16 * b, n, dim, &a);
+            block_f32((float *)tile, keys, 16 * b, n, dim, &a);
             break;
         case FX_TYPE_F16:
-            block_f16((uint16_t *)kt + 16 * b, keys, 16 * b, n, dim, &a);
+            block_f16((uint16_t *)tile, keys, 16 * b, n, dim, &a);
             break;
         case FX_TYPE_Q8_0:
-            block_q8_0((int8_t *)kt + b * fx_avx512_kt_q8_block(dim), keys, 16 * b, n, dim, &a);
+            block_q8_0((int8_t *)tile, keys, 16 * b, n, dim, &a);
             break;
         default:
             FX_ASSERT(!"not a KV cache type");

@@ -11,6 +11,7 @@
 #include "kernels/x86_avx512.h"
 
 #include "core/error.h"
+#include "kernels/generic.h"
 #include "kernels/types.h"
 
 /* dim f16 at src (any alignment) to f32: 32 at a time while they last, then 16, then the rest
@@ -117,6 +118,53 @@ void fx_avx512_kv_load(enum fx_type type, const void *src, uint64_t src_stride, 
         default:
             FX_ASSERT(!"not a KV cache type");
         }
+    }
+}
+
+/* Slots j0 .. j0 + n - 1 of a tile of type T (kernels.h's layout) as f32 rows: element i0 + r of
+ * the 16 slots (one vector each, r = 0 .. 15, widened as kv_load widens them: exact) transposed in
+ * registers into 16 elements of each slot. dim: a multiple of 16. */
+FX_INLINE void load_tile(const uint8_t *t, int64_t j0, int64_t n, int64_t dim, float *dst,
+                         int64_t dst_stride, const enum fx_type T) {
+    for (int64_t i0 = 0; i0 < dim; i0 += 16) {
+        __m512 v[16];
+        __m512 d =
+            T == FX_TYPE_Q8_0 ? fp16x16(t + dim * 16 + i0 / FX_QK * 32) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            int64_t i = i0 + r;
+            if (T == FX_TYPE_F32)
+                v[r] = _mm512_loadu_ps((const float *)t + i * 16);
+            else if (T == FX_TYPE_F16)
+                v[r] = fp16x16(t + i * 32);
+            else
+                v[r] =
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(load128(t + i * 16))), d);
+        }
+        transpose16(v);
+        for (int64_t jj = j0; jj < j0 + n; jj++)
+            _mm512_storeu_ps(dst + (jj - j0) * dst_stride + i0, v[jj]);
+    }
+}
+
+void fx_avx512_kv_load_tile(enum fx_type type, const void *tile, int64_t j0, int64_t n, int64_t dim,
+                            float *dst, int64_t dst_stride) {
+    if (dim % 16) {
+        fx_kv_load_tile_generic(type, tile, j0, n, dim, dst, dst_stride);
+        return;
+    }
+    switch (type) {
+    case FX_TYPE_F32:
+        load_tile(tile, j0, n, dim, dst, dst_stride, FX_TYPE_F32);
+        return;
+    case FX_TYPE_F16:
+        load_tile(tile, j0, n, dim, dst, dst_stride, FX_TYPE_F16);
+        return;
+    case FX_TYPE_Q8_0:
+        load_tile(tile, j0, n, dim, dst, dst_stride, FX_TYPE_Q8_0);
+        return;
+    default:
+        FX_ASSERT(!"not a KV cache type");
     }
 }
 

@@ -21,10 +21,13 @@ fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_
         st = fx_kv_row_bytes(type_v, head_dim_v, "V", &kv->v_row, err);
     if (st)
         return st;
-    uint64_t rows, k_bytes, v_bytes;
-    if (fx_mul_overflow_u64((uint64_t)n_layer * (uint64_t)n_head_kv, (uint64_t)n_ctx, &rows) ||
-        fx_mul_overflow_u64(rows, kv->k_row, &k_bytes) ||
-        fx_mul_overflow_u64(rows, kv->v_row, &v_bytes) || k_bytes > SIZE_MAX || v_bytes > SIZE_MAX)
+    /* keys in whole tiles of 16 positions (kv.h) */
+    uint64_t heads = (uint64_t)n_layer * (uint64_t)n_head_kv, rows, k_rows, k_bytes, v_bytes;
+    if (fx_mul_overflow_u64(heads, (uint64_t)n_ctx, &rows) ||
+        fx_mul_overflow_u64(heads, ((uint64_t)n_ctx + 15) / 16 * 16, &k_rows) ||
+        fx_mul_overflow_u64(k_rows, kv->k_row, &k_bytes) ||
+        fx_mul_overflow_u64(rows, kv->v_row, &v_bytes) || k_bytes > SIZE_MAX - 63 ||
+        v_bytes > SIZE_MAX)
         return fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
                             "KV cache of %d layers x %d positions overflows", n_layer, n_ctx);
     if (n_ctx == 0) /* a context that only steps paged pools */
@@ -33,7 +36,7 @@ fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_
      * pays for page faults, and positions never written read as zeros rather than garbage.
      * (explicit_bzero because a compiler may turn malloc + memset into calloc, which maps
      * untouched pages.) */
-    kv->k = malloc((size_t)k_bytes);
+    kv->k = aligned_alloc(64, (size_t)((k_bytes + 63) / 64 * 64)); /* whole tiles on lines */
     kv->v = malloc((size_t)v_bytes);
     if (kv->k)
         explicit_bzero(kv->k, (size_t)k_bytes);

@@ -3,11 +3,16 @@
  * writes and reads its keys and values.
  *
  * Rows are stored as f32, f16 or q8_0 (the kernels' kv_store / kv_load convert), K and V chosen
- * separately. The attention kernels read a run of keys and values in place, in groups of 16
- * rows (struct fx_kv_run), and take every type as kv_load's exact f32; a group scattered over
- * blocks (a paged cache whose blocks are not a multiple of 16 positions) is converted into a
- * per-worker f32 tile first (fx_kv_step_keys). Every backing thus feeds the kernel the same
- * floats, and paged, contiguous and batched steps agree bit for bit. */
+ * separately. Values are kept as rows; keys as key tiles (kernels.h: 16 consecutive positions of
+ * one layer and KV head, element-major), the layout decode attention scores from, so that no
+ * step transposes them; a paged block keeps its positions' keys in tiles of its own (the last
+ * one partly used when its size is not a multiple of 16). The attention kernels read a run's
+ * tiles and value rows in place, in groups of 16 positions (struct fx_kv_run), and take every
+ * type as kv_load's exact f32; a group scattered over blocks (a paged cache whose blocks are not
+ * a multiple of 16 positions) is converted into a per-worker f32 tile first (fx_kv_step_keys).
+ * Every backing thus feeds the kernel the same floats, and paged, contiguous and batched steps
+ * agree bit for bit. Whoever needs a key as a row (saved state, device uploads) moves it through
+ * kernels/kv_tile.h. */
 #ifndef FX_KV_KV_H
 #define FX_KV_KV_H
 
@@ -28,9 +33,9 @@ bool fx_kv_type_ok(enum fx_type t);
 fx_status fx_kv_row_bytes(enum fx_type t, int64_t dim, const char *what, uint64_t *out,
                           struct fx_error *err);
 
-/* Head-major: the keys of one KV head are consecutive rows, so attention streams them
- * contiguously. (Position-major rows of n_head_kv * head_dim floats are often 4 KiB or a
- * multiple, which maps every key of a head to the same L1 set.) */
+/* Head-major: the keys (values) of one KV head are consecutive tiles (rows), so attention
+ * streams them contiguously. (Position-major rows of n_head_kv * head_dim floats are often 4 KiB
+ * or a multiple, which maps every key of a head to the same L1 set.) */
 struct fx_kv_contig {
     int32_t n_layer;
     int32_t n_ctx;
@@ -38,9 +43,9 @@ struct fx_kv_contig {
     int64_t head_dim, head_dim_v;
     enum fx_type type_k, type_v;
     uint64_t k_row, v_row; /* bytes of one head's key (value) row */
-    uint8_t *k;            /* [n_layer][n_head_kv][n_ctx][k_row] */
-    uint8_t *v;            /* [n_layer][n_head_kv][n_ctx][v_row] */
-    int32_t n_filled;      /* positions 0..n_filled-1 hold rows written by forward passes */
+    uint8_t *k;       /* [n_layer][n_head_kv][(n_ctx + 15) / 16][16 * k_row]: key tiles, on lines */
+    uint8_t *v;       /* [n_layer][n_head_kv][n_ctx][v_row] */
+    int32_t n_filled; /* positions 0..n_filled-1 hold rows written by forward passes */
 };
 
 fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_ctx,
@@ -48,13 +53,24 @@ fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_
                             enum fx_type type_k, enum fx_type type_v, struct fx_error *err);
 void fx_kv_contig_release(struct fx_kv_contig *kv);
 
-/* K (V) row of KV head g at position pos of layer il. */
-static inline uint8_t *fx_kv_contig_k(const struct fx_kv_contig *kv, int il, int g, int64_t pos) {
-    return kv->k + (((uint64_t)il * (uint64_t)kv->n_head_kv + (uint64_t)g) * (uint64_t)kv->n_ctx +
-                    (uint64_t)pos) *
-                       kv->k_row;
+/* Where a key lies: slot `slot` of the key tile at `tile` (kernels/kv_tile.h moves it). */
+struct fx_kv_key_at {
+    uint8_t *tile;
+    int slot;
+};
+
+/* The key of KV head g at position pos of layer il. */
+static inline struct fx_kv_key_at fx_kv_contig_key(const struct fx_kv_contig *kv, int il, int g,
+                                                   int64_t pos) {
+    uint64_t tiles = ((uint64_t)kv->n_ctx + 15) / 16;
+    return (struct fx_kv_key_at){
+        kv->k +
+            (((uint64_t)il * (uint64_t)kv->n_head_kv + (uint64_t)g) * tiles + (uint64_t)pos / 16) *
+                fx_kv_tile_bytes(kv->k_row),
+        (int)(pos % 16)};
 }
 
+/* V row of KV head g at position pos of layer il. */
 static inline uint8_t *fx_kv_contig_v(const struct fx_kv_contig *kv, int il, int g, int64_t pos) {
     return kv->v + (((uint64_t)il * (uint64_t)kv->n_head_kv + (uint64_t)g) * (uint64_t)kv->n_ctx +
                     (uint64_t)pos) *
@@ -138,14 +154,14 @@ struct fx_rstate *fx_kv_step_rstate(const struct fx_kv_step *s, int64_t i);
 struct fx_rstate *fx_kv_step_snap(const struct fx_kv_step *s, int64_t i);
 
 /* Stores row i's key and value of KV head g (f32: head_dim and head_dim_v floats) in layer il at
- * the row's position, converted to the cache's types. */
+ * the row's position, converted to the cache's types (the key into its slot of a tile). */
 void fx_kv_step_store(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
                       int g, const float *key, const float *value);
 
 /* The keys (values) of KV head g at positions t0..t0+n-1 of row i's sequence in layer il, for
- * attn_run: in place where each group of 16 positions from t0 (a multiple of 16) lies at one
- * stride, otherwise converted to f32 into tile ([n][head_dim] or [n][head_dim_v] floats).
- * n <= FX_ATTN_RUN. */
+ * attn_run: in place where each group of 16 positions from t0 (a multiple of 16) is one key
+ * tile (lies at one stride), otherwise converted to f32 into tile ([n][head_dim] or
+ * [n][head_dim_v] floats). n <= FX_ATTN_RUN. */
 void fx_kv_step_keys(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
                      int g, int32_t t0, int32_t n, float *tile, struct fx_kv_run *out);
 void fx_kv_step_values(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,

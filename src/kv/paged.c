@@ -86,11 +86,13 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
         n_buckets <<= 1;
     if (hp->n_layer_kv < 1 || hp->n_head_kv < 1 ||
         fx_mul_overflow_u64((uint64_t)hp->n_layer_kv, (uint64_t)hp->n_head_kv, &rows) ||
+        fx_mul_overflow_u64(rows, ((uint64_t)pp.block_size + 15) / 16 * 16, &k_block) ||
+        fx_mul_overflow_u64(k_block, k_row, &k_block) ||
         fx_mul_overflow_u64(rows, (uint64_t)pp.block_size, &rows) ||
-        fx_mul_overflow_u64(rows, k_row, &k_block) || fx_mul_overflow_u64(rows, v_row, &v_block) ||
+        fx_mul_overflow_u64(rows, v_row, &v_block) ||
         fx_mul_overflow_u64(k_block, (uint64_t)pp.n_blocks, &k_bytes) ||
         fx_mul_overflow_u64(v_block, (uint64_t)pp.n_blocks, &v_bytes) ||
-        fx_add_overflow_u64(k_bytes, v_bytes, &kv_bytes) || k_bytes > SIZE_MAX ||
+        fx_add_overflow_u64(k_bytes, v_bytes, &kv_bytes) || k_bytes > SIZE_MAX - 63 ||
         v_bytes > SIZE_MAX ||
         fx_mul_overflow_u64((uint64_t)pp.n_blocks, (uint64_t)pp.block_size, &n_tok) ||
         n_tok > SIZE_MAX / sizeof(fx_token))
@@ -141,7 +143,7 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
     p->step_cow = alloc_array(nb, sizeof *p->step_cow);
     /* Zeroed here, not lazily, as the contiguous cache is (kv/contig.c): every page is touched
      * at creation, so no step pays for page faults. */
-    p->k = malloc((size_t)k_bytes);
+    p->k = aligned_alloc(64, (size_t)((k_bytes + 63) / 64 * 64)); /* whole tiles on lines */
     p->v = malloc((size_t)v_bytes);
     if (!p->refs || !p->free_list || !p->seqs || !p->cached || !p->key || !p->parent ||
         !p->block_tok || !p->hnext || !p->bucket || !p->lru_prev || !p->lru_next || !p->gen ||

@@ -55,11 +55,12 @@ struct fx_kv_pool {
     int32_t n_blocks, block_size, n_seq_max;
     enum fx_type type_k, type_v;
     uint64_t k_row, v_row;     /* bytes of one head's key (value) row */
-    uint64_t k_block, v_block; /* bytes of one block's keys (values): every layer and head */
-    uint8_t *k;                /* [n_blocks][n_layer][n_head_kv][block_size][k_row] */
-    uint8_t *v;                /* [n_blocks][n_layer][n_head_kv][block_size][v_row] */
-    int32_t *refs;             /* [n_blocks] sequences whose table holds the block */
-    int32_t *free_list;        /* [n_blocks] a stack of free block ids */
+    uint64_t k_block, v_block; /* bytes of one block's key tiles (value rows): every layer and
+                                * head */
+    uint8_t *k; /* [n_blocks][n_layer][n_head_kv][(block_size + 15) / 16][16 * k_row]: key tiles */
+    uint8_t *v; /* [n_blocks][n_layer][n_head_kv][block_size][v_row] */
+    int32_t *refs;      /* [n_blocks] sequences whose table holds the block */
+    int32_t *free_list; /* [n_blocks] a stack of free block ids */
     int32_t n_free;
     struct fx_kv_seq *seqs; /* [n_seq_max] */
     int32_t n_seq;
@@ -94,15 +95,18 @@ struct fx_kv_pool {
     int32_t *step_cow;
 };
 
-/* Key (value) row of KV head g at position pos of live sequence seq, in layer il. pos must lie
- * in a block of the sequence's table. */
-static inline uint8_t *fx_kv_pool_k(const struct fx_kv_pool *p, fx_seq_id seq, int il, int g,
-                                    int32_t pos) {
-    int32_t b = p->seqs[seq].table[pos / p->block_size];
-    return p->k + (uint64_t)b * p->k_block +
-           (((uint64_t)il * (uint64_t)p->n_head_kv + (uint64_t)g) * (uint64_t)p->block_size +
-            (uint64_t)(pos % p->block_size)) *
-               p->k_row;
+/* The key (value row) of KV head g at position pos of live sequence seq, in layer il: position
+ * pos % block_size of its block, whose keys fill (block_size + 15) / 16 tiles. pos must lie in a
+ * block of the sequence's table. */
+static inline struct fx_kv_key_at fx_kv_pool_key(const struct fx_kv_pool *p, fx_seq_id seq, int il,
+                                                 int g, int32_t pos) {
+    int32_t b = p->seqs[seq].table[pos / p->block_size], in = pos % p->block_size;
+    uint64_t tiles = ((uint64_t)p->block_size + 15) / 16;
+    return (struct fx_kv_key_at){
+        p->k + (uint64_t)b * p->k_block +
+            (((uint64_t)il * (uint64_t)p->n_head_kv + (uint64_t)g) * tiles + (uint64_t)(in / 16)) *
+                fx_kv_tile_bytes(p->k_row),
+        in % 16};
 }
 
 static inline uint8_t *fx_kv_pool_v(const struct fx_kv_pool *p, fx_seq_id seq, int il, int g,

@@ -20,6 +20,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "kernels/kv_tile.h"
 #include "kv/kv.h"
 #include "kv/paged.h"
 #include "model/model.h"
@@ -78,6 +79,7 @@ struct place {
         } pool;
     } u;
     int32_t n_layer, n_head_kv;
+    int64_t head_dim; /* of the keys, which the cache keeps in tiles */
     enum fx_type type_k, type_v;
     uint64_t k_row, v_row;
     struct fx_rstate *rs; /* the sequence's recurrent state; n_layer 0 for models without */
@@ -89,6 +91,7 @@ static struct place place_contig(struct fx_kv_contig *kv, struct fx_rstate *rs) 
                           .rs = rs,
                           .n_layer = kv->n_layer,
                           .n_head_kv = kv->n_head_kv,
+                          .head_dim = kv->head_dim,
                           .type_k = kv->type_k,
                           .type_v = kv->type_v,
                           .k_row = kv->k_row,
@@ -101,30 +104,43 @@ static struct place place_pool(struct fx_kv_pool *pool, fx_seq_id seq) {
                           .rs = &pool->seqs[seq].rs,
                           .n_layer = pool->n_layer,
                           .n_head_kv = pool->n_head_kv,
+                          .head_dim = pool->head_dim,
                           .type_k = pool->type_k,
                           .type_v = pool->type_v,
                           .k_row = pool->k_row,
                           .v_row = pool->v_row};
 }
 
-/* The K (is_v: V) row of head g at position pos of layer il, and in *run how many positions from
- * pos on (at most n - pos) follow it consecutively. */
-static uint8_t *row_run(const struct place *p, bool is_v, int il, int g, int32_t pos, int32_t n,
-                        int32_t *run) {
+/* The V row of head g at position pos of layer il, and in *run how many positions from pos on
+ * (at most n - pos) follow it consecutively. */
+static uint8_t *value_run(const struct place *p, int il, int g, int32_t pos, int32_t n,
+                          int32_t *run) {
     switch (p->kind) {
     case PLACE_CONTIG:
         *run = n - pos;
-        return is_v ? fx_kv_contig_v(p->u.kv, il, g, pos) : fx_kv_contig_k(p->u.kv, il, g, pos);
+        return fx_kv_contig_v(p->u.kv, il, g, pos);
     case PLACE_POOL: {
         const struct fx_kv_pool *pl = p->u.pool.pool;
         int32_t end = (pos / pl->block_size + 1) * pl->block_size;
         *run = (end < n ? end : n) - pos;
-        return is_v ? fx_kv_pool_v(pl, p->u.pool.seq, il, g, pos)
-                    : fx_kv_pool_k(pl, p->u.pool.seq, il, g, pos);
+        return fx_kv_pool_v(pl, p->u.pool.seq, il, g, pos);
     }
     }
     FX_ASSERT(!"unknown place");
     return NULL;
+}
+
+/* The key of head g at position pos of layer il: a slot of a key tile. Files keep keys as rows:
+ * save gathers each out of its slot, load scatters it in (kernels/kv_tile.h). */
+static struct fx_kv_key_at key_at(const struct place *p, int il, int g, int32_t pos) {
+    switch (p->kind) {
+    case PLACE_CONTIG:
+        return fx_kv_contig_key(p->u.kv, il, g, pos);
+    case PLACE_POOL:
+        return fx_kv_pool_key(p->u.pool.pool, p->u.pool.seq, il, g, pos);
+    }
+    FX_ASSERT(!"unknown place");
+    return (struct fx_kv_key_at){0};
 }
 
 /* ---- the header ----------------------------------------------------------------------------- */
@@ -232,13 +248,31 @@ static void put(struct out *o, const void *data, uint64_t n) {
     o->ok = fwrite(data, 1, (size_t)n, o->f) == (size_t)n;
 }
 
-static void put_rows(struct out *o, const struct place *p, bool is_v, int32_t n) {
-    uint64_t row = is_v ? p->v_row : p->k_row;
+/* Every head's key rows of positions 0..n-1, layer by layer, a block of 32 elements at a time
+ * out of the tiles (the row's bytes in order). */
+static void put_key_rows(struct out *o, const struct place *p, int32_t n) {
+    int64_t dim = p->head_dim;
+    for (int il = 0; il < p->n_layer; il++)
+        for (int g = 0; g < p->n_head_kv; g++)
+            for (int32_t pos = 0; pos < n; pos++) {
+                struct fx_kv_key_at key = key_at(p, il, g, pos);
+                for (int64_t e0 = 0; e0 < dim; e0 += FX_QK) {
+                    uint8_t part[FX_QK * sizeof(float)];
+                    int64_t elems = dim - e0 < FX_QK ? dim - e0 : FX_QK;
+                    uint64_t bytes;
+                    fx_type_row_bytes(p->type_k, elems, &bytes);
+                    fx_kv_tile_get(p->type_k, dim, key.tile, key.slot, e0, elems, part);
+                    put(o, part, bytes);
+                }
+            }
+}
+
+static void put_value_rows(struct out *o, const struct place *p, int32_t n) {
     for (int il = 0; il < p->n_layer; il++)
         for (int g = 0; g < p->n_head_kv; g++)
             for (int32_t pos = 0, run = 0; pos < n; pos += run) {
-                const uint8_t *src = row_run(p, is_v, il, g, pos, n, &run);
-                put(o, src, (uint64_t)run * row);
+                const uint8_t *src = value_run(p, il, g, pos, n, &run);
+                put(o, src, (uint64_t)run * p->v_row);
             }
 }
 
@@ -274,8 +308,8 @@ static fx_status save(const struct place *p, const struct fx_model *m, const fx_
         put_le32(t, (uint32_t)tokens[i]);
         put(&o, t, 4);
     }
-    put_rows(&o, p, false, n);
-    put_rows(&o, p, true, n);
+    put_key_rows(&o, p, n);
+    put_value_rows(&o, p, n);
     if (p->rs->n_layer > 0) {
         put(&o, p->rs->conv, (uint64_t)p->rs->n_layer * (uint64_t)p->rs->conv_floats * 4);
         put(&o, p->rs->ssm, (uint64_t)p->rs->n_layer * (uint64_t)p->rs->ssm_floats * 4);
@@ -603,13 +637,16 @@ static void apply(const struct state *s, const struct place *p) {
     for (int il = 0; il < p->n_layer; il++)
         for (int g = 0; g < p->n_head_kv; g++) {
             uint64_t hd = (uint64_t)il * (uint64_t)p->n_head_kv + (uint64_t)g;
-            for (int iv = 0; iv < 2; iv++) {
-                uint64_t row = iv ? p->v_row : p->k_row;
-                const uint8_t *src = (iv ? s->v : s->k) + hd * (uint64_t)keep * row;
-                for (int32_t pos = 0, run = 0; pos < keep; pos += run) {
-                    uint8_t *dst = row_run(p, iv, il, g, pos, keep, &run);
-                    memcpy(dst, src + (uint64_t)pos * row, (size_t)((uint64_t)run * row));
-                }
+            const uint8_t *k = s->k + hd * (uint64_t)keep * p->k_row;
+            for (int32_t pos = 0; pos < keep; pos++) {
+                struct fx_kv_key_at key = key_at(p, il, g, pos);
+                fx_kv_tile_put(p->type_k, p->head_dim, key.tile, key.slot, 0, p->head_dim,
+                               k + (uint64_t)pos * p->k_row);
+            }
+            const uint8_t *v = s->v + hd * (uint64_t)keep * p->v_row;
+            for (int32_t pos = 0, run = 0; pos < keep; pos += run) {
+                uint8_t *dst = value_run(p, il, g, pos, keep, &run);
+                memcpy(dst, v + (uint64_t)pos * p->v_row, (size_t)((uint64_t)run * p->v_row));
             }
         }
 }

@@ -3,6 +3,7 @@
 #include "kv/kv.h"
 
 #include "core/error.h"
+#include "kernels/kv_tile.h"
 #include "kv/paged.h"
 
 bool fx_kv_type_ok(enum fx_type t) {
@@ -24,13 +25,15 @@ fx_status fx_kv_row_bytes(enum fx_type t, int64_t dim, const char *what, uint64_
     return FX_OK;
 }
 
-/* Where row i's key (is_v: value) row of head g at position pos lives, its type and the bytes
- * between consecutive positions there (valid up to the end of pos's block). */
+/* Where row i's value (is_v) row of head g at position pos lives, or its key (slot `slot` of
+ * the tile at `at`); the type, the bytes between consecutive value rows (one key row's bytes
+ * for keys), and how many positions from pos on lie in the same block. */
 struct kv_place {
-    uint8_t *row;
+    uint8_t *at;
+    int slot;
     enum fx_type type;
     uint64_t stride;
-    int32_t run; /* positions from pos on that lie consecutively at stride */
+    int32_t run;
 };
 
 static struct kv_place place(const struct fx_kv_step *s, int il, int64_t i, int g, int32_t pos,
@@ -38,18 +41,21 @@ static struct kv_place place(const struct fx_kv_step *s, int il, int64_t i, int 
     switch (s->kind) {
     case FX_KV_CONTIG: {
         const struct fx_kv_contig *kv = s->u.contig.kv;
-        return is_v ? (struct kv_place){fx_kv_contig_v(kv, il, g, pos), kv->type_v, kv->v_row,
-                                        kv->n_ctx - pos}
-                    : (struct kv_place){fx_kv_contig_k(kv, il, g, pos), kv->type_k, kv->k_row,
-                                        kv->n_ctx - pos};
+        if (is_v)
+            return (struct kv_place){fx_kv_contig_v(kv, il, g, pos), 0, kv->type_v, kv->v_row,
+                                     kv->n_ctx - pos};
+        struct fx_kv_key_at key = fx_kv_contig_key(kv, il, g, pos);
+        return (struct kv_place){key.tile, key.slot, kv->type_k, kv->k_row, kv->n_ctx - pos};
     }
     case FX_KV_PAGED:
     case FX_KV_MULTI: {
         const struct fx_kv_pool *p = s->kind == FX_KV_PAGED ? s->u.paged.pool : s->u.multi.pool;
         fx_seq_id seq = s->kind == FX_KV_PAGED ? s->u.paged.seq : s->u.multi.seq[i];
         int32_t run = p->block_size - pos % p->block_size;
-        return is_v ? (struct kv_place){fx_kv_pool_v(p, seq, il, g, pos), p->type_v, p->v_row, run}
-                    : (struct kv_place){fx_kv_pool_k(p, seq, il, g, pos), p->type_k, p->k_row, run};
+        if (is_v)
+            return (struct kv_place){fx_kv_pool_v(p, seq, il, g, pos), 0, p->type_v, p->v_row, run};
+        struct fx_kv_key_at key = fx_kv_pool_key(p, seq, il, g, pos);
+        return (struct kv_place){key.tile, key.slot, p->type_k, p->k_row, run};
     }
     }
     FX_ASSERT(!"unknown KV step kind");
@@ -90,29 +96,45 @@ void fx_kv_step_store(const struct fx_kv_step *s, const struct fx_kernels *k, in
                       int g, const float *key, const float *value) {
     int32_t pos = fx_kv_step_pos(s, i);
     struct kv_place pk = place(s, il, i, g, pos, false), pv = place(s, il, i, g, pos, true);
-    k->kv_store(pk.type, key, head_dim(s, false), pk.row);
-    k->kv_store(pv.type, value, head_dim(s, true), pv.row);
+    /* The key a block of 32 elements at a time (kv_store encodes each block alone, so the pieces
+     * are the row's bytes) into its slot of the tile. */
+    int64_t dim = head_dim(s, false);
+    for (int64_t e0 = 0; e0 < dim; e0 += FX_QK) {
+        uint8_t part[FX_QK * sizeof(float)];
+        int64_t n = dim - e0 < FX_QK ? dim - e0 : FX_QK;
+        k->kv_store(pk.type, key + e0, n, part);
+        fx_kv_tile_put(pk.type, dim, pk.at, pk.slot, e0, n, part);
+    }
+    k->kv_store(pv.type, value, head_dim(s, true), pv.at);
 }
 
-/* Rows t0..t0+n-1 in place, group by group of 16, where every group lies at one stride; else
- * converted segment by segment (a segment ends with its block) into tile as f32. */
+/* Positions t0..t0+n-1 in place, group by group of 16: a key tile whose slots are the group's
+ * positions in order, or value rows at one stride. Else (a group split over blocks) converted
+ * segment by segment (a segment ends with its block, and for keys with its tile) into tile as
+ * f32. */
 static void run_rows(const struct fx_kv_step *s, const struct fx_kernels *k, int il, int64_t i,
                      int g, int32_t t0, int32_t n, int64_t dim, bool is_v, float *tile,
                      struct fx_kv_run *out) {
     struct kv_place first = place(s, il, i, g, t0, is_v);
-    *out = (struct fx_kv_run){.type = first.type, .stride = first.stride};
+    *out = (struct fx_kv_run){.type = first.type, .tiled = !is_v, .stride = first.stride};
     bool in_place = true;
     for (int32_t b = 0; b * 16 < n && in_place; b++) {
         struct kv_place pl = b == 0 ? first : place(s, il, i, g, t0 + 16 * b, is_v);
-        out->grp[b] = pl.row;
-        in_place = pl.run >= (n - 16 * b < 16 ? n - 16 * b : 16);
+        out->grp[b] = pl.at;
+        in_place = pl.slot == 0 && pl.run >= (n - 16 * b < 16 ? n - 16 * b : 16);
     }
     if (in_place)
         return;
     for (int32_t t = t0; t < t0 + n;) {
         struct kv_place pl = t == t0 ? first : place(s, il, i, g, t, is_v);
         int32_t seg = pl.run < t0 + n - t ? pl.run : t0 + n - t;
-        k->kv_load(pl.type, pl.row, pl.stride, seg, dim, tile + (int64_t)(t - t0) * dim, dim);
+        float *dst = tile + (int64_t)(t - t0) * dim;
+        if (is_v) {
+            k->kv_load(pl.type, pl.at, pl.stride, seg, dim, dst, dim);
+        } else {
+            seg = seg < 16 - pl.slot ? seg : 16 - pl.slot;
+            k->kv_load_tile(pl.type, pl.at, pl.slot, seg, dim, dst, dim);
+        }
         t += seg;
     }
     *out = (struct fx_kv_run){.type = FX_TYPE_F32, .stride = (uint64_t)dim * sizeof(float)};
@@ -135,13 +157,15 @@ void fx_kv_step_ahead(const struct fx_kv_step *s, int il, int64_t i, int g, int3
     for (int is_v = 0; is_v < 2; is_v++) {
         struct fx_kv_ahead *a = is_v ? &values->next : &keys->next;
         *a = (struct fx_kv_ahead){0};
-        /* group b's rows up to the end of its block (a group that straddles blocks is fetched
-         * in part; the kernel reads the rest from memory) */
+        /* group b's value rows up to the end of its block, or the whole key tile that holds
+         * its first key (a tile's slots share every line; a group that straddles blocks is
+         * fetched in part, and the kernel reads the rest from memory) */
         for (int32_t b = 0; b * 16 < n; b++) {
             struct kv_place pl = place(s, il, i, g, t0 + 16 * b, is_v);
             int32_t rows = n - 16 * b < 16 ? n - 16 * b : 16;
-            a->at[b] = pl.row;
-            a->bytes[b] = (uint32_t)((uint64_t)(pl.run < rows ? pl.run : rows) * pl.stride);
+            a->at[b] = pl.at;
+            a->bytes[b] = (uint32_t)(is_v ? (uint64_t)(pl.run < rows ? pl.run : rows) * pl.stride
+                                          : fx_kv_tile_bytes(pl.stride));
         }
     }
 }
