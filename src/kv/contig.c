@@ -1,8 +1,8 @@
 #include "kv/kv.h"
 
 #include <stdlib.h>
-#include <string.h>
 
+#include "core/alloc.h"
 #include "core/checked.h"
 #include "core/error.h"
 
@@ -33,15 +33,11 @@ fx_status fx_kv_contig_init(struct fx_kv_contig *kv, int32_t n_layer, int32_t n_
     if (n_ctx == 0) /* a context that only steps paged pools */
         return FX_OK;
     /* Zeroed here, not lazily: every page of the cache is touched at creation, so no forward pass
-     * pays for page faults, and positions never written read as zeros rather than garbage.
-     * (explicit_bzero because a compiler may turn malloc + memset into calloc, which maps
-     * untouched pages.) */
-    kv->k = aligned_alloc(64, (size_t)((k_bytes + 63) / 64 * 64)); /* whole tiles on lines */
-    kv->v = malloc((size_t)v_bytes);
-    if (kv->k)
-        explicit_bzero(kv->k, (size_t)k_bytes);
-    if (kv->v)
-        explicit_bzero(kv->v, (size_t)v_bytes);
+     * pays for page faults, and positions never written read as zeros rather than garbage. On
+     * streamed memory (huge pages where given): a decode step at depth reads it all. Keys are
+     * whole tiles on 64-byte lines. */
+    kv->k = fx_alloc_streamed_zero(k_bytes);
+    kv->v = fx_alloc_streamed_zero(v_bytes);
     if (!kv->k || !kv->v) {
         fx_kv_contig_release(kv);
         return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/checked.h"
 #include "core/error.h"
 #include "model/model.h"
@@ -141,10 +142,9 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
     p->step_n = alloc_array(ns, sizeof *p->step_n);
     p->step_snap = alloc_array(ns, sizeof *p->step_snap);
     p->step_cow = alloc_array(nb, sizeof *p->step_cow);
-    /* Zeroed here, not lazily, as the contiguous cache is (kv/contig.c): every page is touched
-     * at creation, so no step pays for page faults. */
-    p->k = aligned_alloc(64, (size_t)((k_bytes + 63) / 64 * 64)); /* whole tiles on lines */
-    p->v = malloc((size_t)v_bytes);
+    /* Zeroed here, not lazily, on streamed memory, as the contiguous cache is (kv/contig.c). */
+    p->k = fx_alloc_streamed_zero(k_bytes);
+    p->v = fx_alloc_streamed_zero(v_bytes);
     if (!p->refs || !p->free_list || !p->seqs || !p->cached || !p->key || !p->parent ||
         !p->block_tok || !p->hnext || !p->bucket || !p->lru_prev || !p->lru_next || !p->gen ||
         !p->parent_gen || !p->step_rows || !p->step_seq || !p->step_n || !p->step_snap ||
@@ -154,8 +154,6 @@ fx_status fx_kv_pool_create(const struct fx_model *m, const struct fx_kv_pool_pa
                             "out of memory for a KV pool of %llu bytes",
                             (unsigned long long)kv_bytes);
     }
-    explicit_bzero(p->k, (size_t)k_bytes);
-    explicit_bzero(p->v, (size_t)v_bytes);
     /* A stack that hands out block 0 first. */
     for (int32_t i = 0; i < pp.n_blocks; i++) {
         p->free_list[i] = pp.n_blocks - 1 - i;
