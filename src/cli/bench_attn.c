@@ -18,6 +18,7 @@
 
 #include "cli/cli.h"
 #include "cli/util.h"
+#include "core/clock.h"
 #include "core/par.h"
 #include "decoder/decoder.h"
 #include "kernels/kernels.h"
@@ -83,9 +84,7 @@ static void attn_body(const struct fx_worker *w, void *arg) {
 static clockid_t clock_id = CLOCK_MONOTONIC;
 
 static double now(void) {
-    struct timespec ts;
-    clock_gettime(clock_id, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return fx_clock_seconds(clock_id);
 }
 
 static int cmp_double(const void *a, const void *b) {

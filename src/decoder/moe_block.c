@@ -12,8 +12,8 @@
  * activation rows a matmul reads, and every sum runs in the same order. */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "decoder/decoder.h"
 #include "model/expert_cache.h"
 
@@ -83,12 +83,6 @@ static void group_by_expert(const struct fx_context *ctx, int64_t n) {
     for (int32_t e = n_exp; e > 0; e--)
         s->expert_off[e] = s->expert_off[e - 1];
     s->expert_off[0] = 0;
-}
-
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Experts, matmuls and rounds.
@@ -251,7 +245,7 @@ static bool round_ready_on_worker(const struct fx_worker *w, const struct fx_con
     struct fx_xcache *xc = ctx->model->xcache;
     if (!xc)
         return true;
-    uint64_t t0 = w->ith == 0 ? now_ns() : 0;
+    int64_t t0 = w->ith == 0 ? fx_now_ns() : 0;
     uint8_t *stage = ctx->xstage + (uint64_t)w->ith * fx_xcache_stage_bytes(xc);
     int64_t r;
     if (st->n_reads > 0) { /* every worker read n_reads after the same barrier */
@@ -270,7 +264,7 @@ static bool round_ready_on_worker(const struct fx_worker *w, const struct fx_con
         /* From the round's start: its reads, and the wait for those read ahead; a round with
          * neither only passed a barrier. */
         if (st->n_reads > 0 || waited)
-            st->wait_ns += now_ns() - t0;
+            st->wait_ns += (uint64_t)(fx_now_ns() - t0);
     }
     return fx_par_broadcast(w, w->ith == 0 && st->st == FX_OK) != 0; /* read by worker 0 only */
 }
