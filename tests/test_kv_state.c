@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ferrox.h"
+#include "kernels/kernels.h"
 #include "kv/state.h"
 
 #define NV 512 /* every fixture's vocabulary */
@@ -124,21 +125,44 @@ FX_TEST(kv_state_round_trip_bit_identical) {
 }
 
 /* Files keep keys as rows whatever the cache's layout: a prompt saved by the build before keys
- * were kept in tiles (tests/state, written with commit 4805e2a's library: llama-tiny.F32, P1,
- * a context of 64) loads and continues bit for bit as the prompt computed here. */
+ * were kept in tiles (tests/state, written with commit 4805e2a's library on its avx512 table:
+ * llama-tiny.F32, P1, a context of 64) loads whole and saves again to the same bytes on any
+ * table; and on the table that wrote it, it continues bit for bit as the prompt computed here
+ * (another table computes other roundings of the same rows, so it would continue otherwise). */
 FX_TEST(kv_state_loads_files_written_before_key_tiles) {
     static float a[(STEPS + 1) * NV], b[(STEPS + 1) * NV];
     struct fx_model *m = fx_test_load_model("models/llama-tiny.F32.gguf");
+    const char *again = fx_test_tmpfile("saved-again.state");
+    fx_token longer[17]; /* P1 and one token more, so that all 16 saved positions load */
+    memcpy(longer, P1, sizeof P1);
+    longer[16] = P1[1];
     for (size_t k = 0; k < N_KV_TYPES; k++) {
         char path[256];
         snprintf(path, sizeof path, "tests/state/llama-tiny.F32.%s-%s.state",
                  fx_type_name(KV_TYPES[k][0]), fx_type_name(KV_TYPES[k][1]));
         struct fx_context *ctx = context(m, 64, KV_TYPES[k], false);
+        int32_t n_loaded = -1;
+        FX_TEST_OK(fx_context_state_load(ctx, path, longer, 17, &n_loaded, &e_));
+        assert_int_equal(n_loaded, 16);
+        FX_TEST_OK(fx_context_state_save(ctx, P1, 16, again, &e_));
+        fx_context_free(ctx);
+        size_t n_old = 0, n_new = 0;
+        char *old = fx_test_read_file(path, &n_old), *new = fx_test_read_file(again, &n_new);
+        assert_non_null(old);
+        assert_non_null(new);
+        assert_int_equal(n_old, n_new);
+        if (memcmp(old, new, n_old) != 0)
+            fail_msg("%s: saved again after loading, the bytes differ", path);
+        free(old);
+        free(new);
+
+        if (strcmp(fx_kernels()->name, "avx512") != 0)
+            continue;
+        ctx = context(m, 64, KV_TYPES[k], false);
         FX_TEST_OK(fx_forward_batch_last(ctx, P1, 16, 0, a, &e_));
         greedy(ctx, 16, STEPS, a);
         fx_context_free(ctx);
         ctx = context(m, 64, KV_TYPES[k], false);
-        int32_t n_loaded = -1;
         FX_TEST_OK(fx_context_state_load(ctx, path, P1, 16, &n_loaded, &e_));
         assert_int_equal(n_loaded, 15);
         FX_TEST_OK(fx_forward_token(ctx, P1[15], 15, b, &e_));
