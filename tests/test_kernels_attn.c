@@ -161,25 +161,61 @@ FX_TEST(kernels_attention_matches_float64_and_does_not_depend_on_grouping) {
     }
 }
 
+/* Queries (scaled by 2), keys and values of a case drawn from seed. */
+static void random_case(struct case_data *d, uint64_t seed) {
+    struct fx_test_rng rng = {seed};
+    for (int o = 0; o < N_Q; o++)
+        for (int i = 0; i < MAX_DIM; i++)
+            d->q[o][i] = (float)(2.0 * fx_test_rng_normal(&rng));
+    for (int j = 0; j < N_KEYS; j++)
+        for (int i = 0; i < MAX_DIM; i++) {
+            d->keys[j][i] = (float)fx_test_rng_normal(&rng);
+            d->values[j][i] = (float)fx_test_rng_normal(&rng);
+        }
+}
+
+/* Every table's attention over a (a's cache, or its f32 rows when ca is NULL) and over b gives
+ * the same bits, for runs of 1 to 150 keys and the row x group shapes given (one row: key
+ * lanes; more: query lanes). */
+static void expect_same_attention(const struct case_data *a, const struct typed_cache *ca,
+                                  const struct case_data *b, const struct typed_cache *cb, int dim,
+                                  const int (*shapes)[2], size_t n_shapes, const char *what) {
+    static const int lengths[] = {1, 17, 64, 150};
+    static float out_a[N_Q][MAX_DIM], out_b[N_Q][MAX_DIM];
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const struct fx_kernels *k = fx_kernels_named(tables[t]);
+        if (!k)
+            continue;
+        for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
+            for (size_t si = 0; si < n_shapes; si++) {
+                int n = lengths[li], n_rows = shapes[si][0], group = shapes[si][1];
+                int lo[N_Q], hi[N_Q];
+                for (int r = 0; r < n_rows; r++) {
+                    hi[r] = n - 1 - (r * 7) % 11;
+                    lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
+                }
+                attend(k, a, ca, 0, n_rows, group, lo, hi, dim, 0.0f, false, out_a[0]);
+                attend(k, b, cb, 0, n_rows, group, lo, hi, dim, 0.0f, false, out_b[0]);
+                for (int o = 0; o < n_rows * group; o++)
+                    if (memcmp(out_a[o], out_b[o], sizeof(float) * (size_t)dim))
+                        fail_msg("%s %s dim %d keys %d shape %dx%d: %s", k->name,
+                                 fx_type_name(ca ? ca->type : cb->type), dim, n, n_rows, group,
+                                 what);
+            }
+    }
+}
+
 /* f16 and q8_0 rows read in place (key lanes transpose them, values widen them as they stream)
  * give the bits of the same rows loaded as f32 first, in key lanes and query lanes alike. */
 FX_TEST(kernels_attention_reads_f16_and_q8_0_rows_as_their_f32) {
     static struct case_data d, loaded;
     static struct typed_cache tc;
     const struct fx_kernels *g = fx_kernels_named("generic");
-    struct fx_test_rng rng = {11};
-    for (int o = 0; o < N_Q; o++)
-        for (int i = 0; i < MAX_DIM; i++)
-            d.q[o][i] = loaded.q[o][i] = (float)(2.0 * fx_test_rng_normal(&rng));
-    for (int j = 0; j < N_KEYS; j++)
-        for (int i = 0; i < MAX_DIM; i++) {
-            d.keys[j][i] = (float)fx_test_rng_normal(&rng);
-            d.values[j][i] = (float)fx_test_rng_normal(&rng);
-        }
+    random_case(&d, 11);
+    memcpy(loaded.q, d.q, sizeof d.q);
     static const enum fx_type types[] = {FX_TYPE_F16, FX_TYPE_Q8_0};
     static const int dims[] = {64, 128, 256, 96};
-    static const int lengths[] = {1, 17, 64, 150};
-    static const int shapes[][2] = {{1, 4}, {1, 8}, {2, 3}, {5, 8}}; /* key and query lanes */
+    static const int shapes[][2] = {{1, 4}, {1, 8}, {2, 3}, {5, 8}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
             int dim = dims[di];
@@ -191,27 +227,8 @@ FX_TEST(kernels_attention_reads_f16_and_q8_0_rows_as_their_f32) {
                 g->kv_load(tc.type, tc.k + typed_at(&tc, j), 0, 1, dim, loaded.keys[j], 0);
                 g->kv_load(tc.type, tc.v + typed_at(&tc, j), 0, 1, dim, loaded.values[j], 0);
             }
-            for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-                const struct fx_kernels *k = fx_kernels_named(tables[t]);
-                if (!k)
-                    continue;
-                for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
-                    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                        int n = lengths[li], n_rows = shapes[si][0], group = shapes[si][1];
-                        int lo[N_Q], hi[N_Q];
-                        for (int r = 0; r < n_rows; r++) {
-                            hi[r] = n - 1 - (r * 7) % 11;
-                            lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
-                        }
-                        static float in_place[N_Q][MAX_DIM], as_f32[N_Q][MAX_DIM];
-                        attend(k, &d, &tc, 0, n_rows, group, lo, hi, dim, 0.0f, false, in_place[0]);
-                        attend(k, &loaded, NULL, 0, n_rows, group, lo, hi, dim, 0.0f, false,
-                               as_f32[0]);
-                        for (int o = 0; o < n_rows * group; o++)
-                            assert_memory_equal(in_place[o], as_f32[o],
-                                                sizeof(float) * (size_t)dim);
-                    }
-            }
+            expect_same_attention(&d, &tc, &loaded, NULL, dim, shapes,
+                                  sizeof shapes / sizeof shapes[0], "in place differs from f32");
         }
 }
 
@@ -222,19 +239,10 @@ FX_TEST(kernels_attention_reads_key_tiles_as_their_rows) {
     static struct case_data d;
     static struct typed_cache rows, tiles;
     const struct fx_kernels *g = fx_kernels_named("generic");
-    struct fx_test_rng rng = {13};
-    for (int o = 0; o < N_Q; o++)
-        for (int i = 0; i < MAX_DIM; i++)
-            d.q[o][i] = (float)(2.0 * fx_test_rng_normal(&rng));
-    for (int j = 0; j < N_KEYS; j++)
-        for (int i = 0; i < MAX_DIM; i++) {
-            d.keys[j][i] = (float)fx_test_rng_normal(&rng);
-            d.values[j][i] = (float)fx_test_rng_normal(&rng);
-        }
+    random_case(&d, 13);
     static const enum fx_type types[] = {FX_TYPE_F32, FX_TYPE_F16, FX_TYPE_Q8_0};
     static const int dims[] = {64, 128, 256, 96};
-    static const int lengths[] = {1, 17, 64, 150};
-    static const int shapes[][2] = {{1, 2}, {1, 8}, {2, 3}, {5, 8}}; /* key and query lanes */
+    static const int shapes[][2] = {{1, 2}, {1, 8}, {2, 3}, {5, 8}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
             int dim = dims[di];
@@ -250,29 +258,8 @@ FX_TEST(kernels_attention_reads_key_tiles_as_their_rows) {
                                dim, rows.k + typed_at(&rows, j));
                 memcpy(tiles.v + typed_at(&tiles, j), rows.v + typed_at(&rows, j), rows.row);
             }
-            for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-                const struct fx_kernels *k = fx_kernels_named(tables[t]);
-                if (!k)
-                    continue;
-                for (size_t li = 0; li < sizeof lengths / sizeof lengths[0]; li++)
-                    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                        int n = lengths[li], n_rows = shapes[si][0], group = shapes[si][1];
-                        int lo[N_Q], hi[N_Q];
-                        for (int r = 0; r < n_rows; r++) {
-                            hi[r] = n - 1 - (r * 7) % 11;
-                            lo[r] = r % 3 == 1 ? (r * 13) % 70 : 0;
-                        }
-                        static float from_tiles[N_Q][MAX_DIM], from_rows[N_Q][MAX_DIM];
-                        attend(k, &d, &tiles, 0, n_rows, group, lo, hi, dim, 0.0f, false,
-                               from_tiles[0]);
-                        attend(k, &d, &rows, 0, n_rows, group, lo, hi, dim, 0.0f, false,
-                               from_rows[0]);
-                        for (int o = 0; o < n_rows * group; o++)
-                            if (memcmp(from_tiles[o], from_rows[o], sizeof(float) * (size_t)dim))
-                                fail_msg("%s %s dim %d keys %d shape %dx%d: tiles differ from rows",
-                                         k->name, fx_type_name(rows.type), dim, n, n_rows, group);
-                    }
-            }
+            expect_same_attention(&d, &tiles, &d, &rows, dim, shapes,
+                                  sizeof shapes / sizeof shapes[0], "tiles differ from rows");
         }
 }
 
