@@ -48,6 +48,7 @@ struct opts {
     int *par_pp, n_par_pp;
     int *par_tg, n_par_tg;
     int n_batch;
+    bool cpu_time;                /* --cpu-time: --parallel times the process's CPU time */
     struct fx_model_params model; /* --moe-cache, --moe-lookahead, --moe-evict */
 };
 
@@ -99,6 +100,9 @@ static void usage(FILE *out) {
             "                      (with -d, the depth is one sequence's, which every sequence\n"
             "                      shares as a common prefix, as a system prompt is shared)\n"
             "                      (-r defaults to 1 with --parallel; figures are means)\n"
+            "  --cpu-time          --parallel times the process's CPU time (all threads, waits\n"
+            "                      included), which other processes on the machine disturb less\n"
+            "                      than the wall clock\n"
             "%s"
             "                            (and each test's expert-cache figures on stderr)\n",
             FX_CLI_MOE_CACHE_USAGE);
@@ -358,6 +362,7 @@ static int parse_args(int argc, char **argv, struct opts *o) {
                                          {"n-prompt-parallel", required_argument, NULL, 'Q'},
                                          {"n-gen-parallel", required_argument, NULL, 'G'},
                                          {"batch-size", required_argument, NULL, 'b'},
+                                         {"cpu-time", no_argument, NULL, 'C'},
                                          {"n-gpu-layers", required_argument, NULL, 'g'},
                                          {"moe-cache", required_argument, NULL, 'M'},
                                          {"moe-lookahead", required_argument, NULL, 'L'},
@@ -441,6 +446,9 @@ static int parse_args(int argc, char **argv, struct opts *o) {
         case 'R':
             o->progress = true;
             break;
+        case 'C':
+            o->cpu_time = true;
+            break;
         case 'r':
             if (!fx_cli_parse_int(optarg, 1, 10000, &o->reps)) {
                 fprintf(stderr, "ferrox bench: bad repetitions '%s'\n", optarg);
@@ -510,6 +518,7 @@ static int bench_parallel(const struct opts *o) {
         .n_depth = o->n_depths,
         .show_depth = any_depth(o),
         .progress = o->progress,
+        .cpu_time = o->cpu_time,
         .n_batch = o->n_batch,
         .reps = o->reps_set ? o->reps : 1,
         .type_k = o->type_k,

@@ -30,6 +30,7 @@ struct fx_bench_parallel {
     int n_pp, n_tg, n_pl, n_depth;
     bool show_depth; /* -d given: the md table has a D column */
     bool progress;   /* a line on stderr per configuration with the sequences' lengths */
+    bool cpu_time;   /* time the process's CPU time instead of the wall clock */
     int n_threads, n_batch, reps;
     enum fx_type type_k, type_v;
     enum fx_bench_output out;

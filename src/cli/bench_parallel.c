@@ -50,6 +50,11 @@ struct par_run {
     float *logits;      /* [max pl][n_vocab] */
 };
 
+/* Seconds on the clock the run times: the wall clock, or the process's CPU time. */
+static double run_clock(const struct par_run *r) {
+    return fx_clock_seconds(r->p->cpu_time ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC);
+}
+
 struct par_times {
     double t_pp, t_tg;
 };
@@ -174,7 +179,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
             r->want[k] = i == pp - 1;
         }
     int n_batch = r->p->n_batch;
-    double t0 = fx_now();
+    double t0 = run_clock(r);
     for (int i = 0, asked = 0; i < n_rows; i += n_batch) {
         int n = n_rows - i < n_batch ? n_rows - i : n_batch;
         struct fx_batch b = {.n = n,
@@ -188,7 +193,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
         for (int k = i; k < i + n; k++)
             asked += r->want[k];
     }
-    double t1 = fx_now();
+    double t1 = run_clock(r);
     for (int j = 0; j < pl; j++)
         r->next[j] = argmax_row(r->logits + (size_t)j * (size_t)r->n_vocab, r->n_vocab);
 
@@ -196,7 +201,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
     for (int j = 0; j < pl; j++)
         r->row_seq[j] = r->seq[j];
     struct fx_batch b = {.n = pl, .token = r->next, .pos = r->pos, .seq = r->row_seq};
-    double t2 = fx_now();
+    double t2 = run_clock(r);
     for (int i = 0; i < tg; i++) {
         for (int j = 0; j < pl; j++)
             r->pos[j] = d + pp + i;
@@ -205,7 +210,7 @@ static int run_config(struct par_run *r, int pp, int tg, int pl, struct par_time
         for (int j = 0; j < pl; j++)
             r->next[j] = argmax_row(r->logits + (size_t)j * (size_t)r->n_vocab, r->n_vocab);
     }
-    double t3 = fx_now();
+    double t3 = run_clock(r);
     release(r, n_seq);
     t->t_pp = t1 - t0;
     t->t_tg = t3 - t2;
