@@ -56,6 +56,25 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
     }
 }
 
+/* The positions rows i0 .. i0 + n - 1 of a block see: row r keys lo[r] .. pos[r] (causal, and
+ * the sliding window on its layers), all of them within lo_min .. pos_max. */
+struct block_keys {
+    int32_t lo[FX_ATT_BLOCK_ROWS], pos[FX_ATT_BLOCK_ROWS], lo_min, pos_max;
+};
+
+static void block_keys(const struct fx_context *ctx, const struct fx_chunk *c, int il, int64_t i0,
+                       int64_t n, struct block_keys *bk) {
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_layer *l = &ctx->model->layers[il];
+    bk->lo_min = INT32_MAX, bk->pos_max = -1;
+    for (int64_t r = 0; r < n; r++) {
+        bk->pos[r] = fx_kv_step_pos(&c->kv, i0 + r);
+        bk->lo[r] = l->swa && bk->pos[r] >= hp->n_swa ? bk->pos[r] - hp->n_swa + 1 : 0;
+        bk->lo_min = bk->lo[r] < bk->lo_min ? bk->lo[r] : bk->lo_min;
+        bk->pos_max = bk->pos[r] > bk->pos_max ? bk->pos[r] : bk->pos_max;
+    }
+}
+
 /* Attention of the query heads that share KV head g, for a block of rows (online softmax).
  * Keys are fed to the kernel in runs cut at multiples of FX_ATTN_RUN absolute positions, for
  * every row whatever its batch: a row's arithmetic then depends only on its own query and
@@ -63,9 +82,12 @@ static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chu
  * kernel once for the whole block (its keys and values read from memory once, then from L1),
  * every row seeing its own part of it. The block's rows are one sequence's, so they share the
  * cache. state: the worker's fx_attn_state memory; tile: its [2][FX_ATTN_RUN][head size] floats
- * for runs of keys and values that cannot be read in place (fx_kv_step_keys). */
+ * for runs of keys and values that cannot be read in place (fx_kv_step_keys). after: where the
+ * first run of the worker's next block lies ([2]: keys, values; NULL: none), asked for while
+ * the kernel works on this block's last run. */
 static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
-                         int64_t i0, int64_t n, float *state, float *tile) {
+                         int64_t i0, int64_t n, float *state, float *tile,
+                         const struct fx_kv_ahead *after) {
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
@@ -75,14 +97,11 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     struct fx_attn_state st;
     fx_attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
                   hp->n_head * hd, n, group, hd, hd_v);
-    int32_t lo[FX_ATT_BLOCK_ROWS], pos[FX_ATT_BLOCK_ROWS], lo_min = INT32_MAX, pos_max = -1;
-    for (int64_t r = 0; r < n; r++) {
-        pos[r] = fx_kv_step_pos(&c->kv, i0 + r);
-        lo[r] = l->swa && pos[r] >= hp->n_swa ? pos[r] - hp->n_swa + 1 : 0;
-        lo_min = lo[r] < lo_min ? lo[r] : lo_min;
-        pos_max = pos[r] > pos_max ? pos[r] : pos_max;
-    }
-    for (int32_t t0 = lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
+    struct block_keys bk;
+    block_keys(ctx, c, il, i0, n, &bk);
+    const int32_t *lo = bk.lo, *pos = bk.pos;
+    int32_t pos_max = bk.pos_max;
+    for (int32_t t0 = bk.lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
         int32_t first[FX_ATT_BLOCK_ROWS], last[FX_ATT_BLOCK_ROWS], n_keys = 0;
         for (int64_t r = 0; r < n; r++) { /* this run's keys row r sees, from t0 */
             first[r] = (t0 > lo[r] ? t0 : lo[r]) - t0;
@@ -98,9 +117,13 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
                           &values);
         /* The next run's rows come from memory while the kernel works on this one. */
         int32_t next = pos_max - (t0 + FX_ATTN_RUN) + 1;
-        if (next > 0)
+        if (next > 0) {
             fx_kv_step_ahead(&c->kv, kl, i0, g, t0 + FX_ATTN_RUN,
                              next < FX_ATTN_RUN ? next : FX_ATTN_RUN, &keys, &values);
+        } else if (after) {
+            keys.next = after[0];
+            values.next = after[1];
+        }
         k->attn_run(&st, first, last, &keys, &values, n_keys, hp->attn_scale, hp->attn_softcap);
     }
     for (int64_t r = 0; r < n; r++) {
@@ -110,19 +133,52 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     }
 }
 
+/* Ticket `claimed` of a layer's attention loop as its (block of rows, KV head) pair: causal rows
+ * cost in proportion to their position, so the last blocks go first and the cheap early ones
+ * fill the end. */
+struct attn_item {
+    int64_t i0, n;
+    int g;
+};
+
+static struct attn_item attn_item(const struct fx_context *ctx, int64_t n_items, int64_t claimed) {
+    int64_t n_kv = ctx->model->hp.n_head_kv, item = n_items - 1 - claimed, blk = item / n_kv;
+    int64_t i0 = ctx->s.att_start[blk];
+    return (struct attn_item){i0, ctx->s.att_start[blk + 1] - i0, (int)(item % n_kv)};
+}
+
+/* after[0..1]: where the first run of item it's keys and values lie (fx_kv_step_ahead). */
+static void first_run_ahead(const struct fx_context *ctx, const struct fx_chunk *c, int il,
+                            struct attn_item it, struct fx_kv_ahead *after) {
+    struct block_keys bk;
+    block_keys(ctx, c, il, it.i0, it.n, &bk);
+    int32_t t0 = bk.lo_min / FX_ATTN_RUN * FX_ATTN_RUN, n = bk.pos_max - t0 + 1;
+    struct fx_kv_run keys, values;
+    fx_kv_step_ahead(&c->kv, ctx->model->layers[il].kv_il, it.i0, it.g, t0,
+                     n < FX_ATTN_RUN ? n : FX_ATTN_RUN, &keys, &values);
+    after[0] = keys.next;
+    after[1] = values.next;
+}
+
 /* This worker's share of the (block of rows, KV head) pairs, claimed dynamically (a worker the
- * machine slows down takes fewer). Causal rows cost in proportion to their position, so the
- * last blocks go first and the cheap early ones fill the end. */
+ * machine slows down takes fewer). Each worker holds its next ticket while it works on the
+ * current one, so that the next block's first keys and values are on their way from memory when
+ * it starts: with many sequences of short depth (a decode step of 16), a block is two or three
+ * runs, and its first run's wait was the kernel's largest. */
 static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
     int64_t n_items = c->n_att * hp->n_head_kv;
     float *state = ctx->s.attn_state + (int64_t)w->ith * ctx->attn_state_per_worker;
     float *tile = ctx->s.kv_tile + (int64_t)w->ith * 2 * FX_ATTN_RUN * ctx->kv_tile_dim;
-    for (int64_t claimed; fx_par_claim(w, n_items, &claimed);) {
-        int64_t item = n_items - 1 - claimed, blk = item / hp->n_head_kv;
-        int64_t i0 = ctx->s.att_start[blk], n = ctx->s.att_start[blk + 1] - i0;
-        attend_block(ctx, c, il, (int)(item % hp->n_head_kv), i0, n, state, tile);
+    int64_t claimed;
+    for (bool more = fx_par_claim(w, n_items, &claimed); more;) {
+        struct attn_item it = attn_item(ctx, n_items, claimed);
+        struct fx_kv_ahead after[2];
+        more = fx_par_claim(w, n_items, &claimed);
+        if (more)
+            first_run_ahead(ctx, c, il, attn_item(ctx, n_items, claimed), after);
+        attend_block(ctx, c, il, it.g, it.i0, it.n, state, tile, more ? after : NULL);
     }
 }
 
