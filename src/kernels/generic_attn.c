@@ -4,6 +4,7 @@
  * partials by key mod 16, then pairwise); the values are accumulated in key order, each step a
  * multiply and an add. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/generic.h"
 
@@ -31,11 +32,18 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
     st->acc = st->c + n_pad;
     st->kt = st->acc + (n_q * dim_v + 15) / 16 * 16;
     st->rows = st->kt + (dim_k + 15) / 16 * 16 * FX_ATTN_RUN;
-    for (int64_t o = 0; o < n_pad; o++) {
-        const float *qo = q + o / group * q_row_stride + o % group * dim_k;
-        for (int64_t i = 0; i < dim_k; i++)
-            st->qt[i * n_pad + o] = o < n_q ? qo[i] : 0.0f;
-    }
+    /* The padding lanes zero (the whole of qt, in vector stores, before the queries' lanes are
+     * written one float at a time: decode's 2-8 queries fill a few of 16 lanes), then each
+     * query's lane. */
+    if (n_q < n_pad)
+        memset(st->qt, 0, (size_t)(dim_k * n_pad) * sizeof(float));
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t h = 0; h < group; h++) {
+            const float *qo = q + r * q_row_stride + h * dim_k;
+            float *lane = st->qt + r * group + h;
+            for (int64_t i = 0; i < dim_k; i++)
+                lane[i * n_pad] = qo[i];
+        }
     for (int64_t o = 0; o < n_pad; o++) {
         st->m[o] = -INFINITY;
         st->l[o] = 0.0f;
