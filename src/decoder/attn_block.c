@@ -147,7 +147,7 @@ static struct attn_item attn_item(const struct fx_context *ctx, int64_t n_items,
     return (struct attn_item){i0, ctx->s.att_start[blk + 1] - i0, (int)(item % n_kv)};
 }
 
-/* after[0..1]: where the first run of item it's keys and values lie (fx_kv_step_ahead). */
+/* after[0..1]: where the keys and values of item it's first run lie (fx_kv_step_ahead). */
 static void first_run_ahead(const struct fx_context *ctx, const struct fx_chunk *c, int il,
                             struct attn_item it, struct fx_kv_ahead *after) {
     struct block_keys bk;
@@ -160,10 +160,16 @@ static void first_run_ahead(const struct fx_context *ctx, const struct fx_chunk 
     after[1] = values.next;
 }
 
+/* Blocks whose keys span at most this many runs hold the worker's next ticket (below): their
+ * first run's wait is a large share of them, and the held ticket costs the other workers at most
+ * one short block of balance. Longer blocks (depth) claim as they finish, so that a worker the
+ * machine slows down keeps nothing from the others. */
+#define HOLD_MAX_RUNS 4
+
 /* This worker's share of the (block of rows, KV head) pairs, claimed dynamically (a worker the
- * machine slows down takes fewer). Each worker holds its next ticket while it works on the
- * current one, so that the next block's first keys and values are on their way from memory when
- * it starts: with many sequences of short depth (a decode step of 16), a block is two or three
+ * machine slows down takes fewer). While it works on a short block, a worker holds its next
+ * ticket, so that the next block's first keys and values are on their way from memory when it
+ * starts: with many sequences of short depth (a decode step of 16), a block is two or three
  * runs, and its first run's wait was the kernel's largest. */
 static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
@@ -174,6 +180,13 @@ static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     int64_t claimed;
     for (bool more = fx_par_claim(w, n_items, &claimed); more;) {
         struct attn_item it = attn_item(ctx, n_items, claimed);
+        struct block_keys bk;
+        block_keys(ctx, c, il, it.i0, it.n, &bk);
+        if (bk.pos_max / FX_ATTN_RUN - bk.lo_min / FX_ATTN_RUN >= HOLD_MAX_RUNS) {
+            attend_block(ctx, c, il, it.g, it.i0, it.n, state, tile, NULL);
+            more = fx_par_claim(w, n_items, &claimed);
+            continue;
+        }
         struct fx_kv_ahead after[2];
         more = fx_par_claim(w, n_items, &claimed);
         if (more)
