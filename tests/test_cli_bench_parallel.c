@@ -4,6 +4,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,10 +41,14 @@ static int json_lines(char *out, json_t **lines, int max) {
     return n;
 }
 
-FX_TEST(cli_bench_parallel_json_lines_add_up) {
+/* PL 1 and 2 as JSON lines, timed on the wall clock or (cpu_time) on the process's CPU time:
+ * the figures follow from the times either way. */
+static void expect_json_lines_add_up(bool cpu_time) {
     const char *model = fx_test_fixture("models/llama-tiny.F32.gguf");
-    const char *args[] = {"bench", "-m", model, "--parallel", "1,2", "-npp", "8",
-                          "-ntg",  "4",  "-o",  "json",       "-r",  "1",    NULL};
+    const char *args[] = {
+        "bench", "-m", model, "--parallel", "1,2", "-npp", "8",
+        "-ntg",  "4",  "-o",  "json",       "-r",  "1",    cpu_time ? "--cpu-time" : NULL,
+        NULL};
     char *out, *err;
     int rc = fx_test_run_cli(args, NULL, &out, &err);
     if (rc != 0)
@@ -72,6 +77,14 @@ FX_TEST(cli_bench_parallel_json_lines_add_up) {
     }
     free(out);
     free(err);
+}
+
+FX_TEST(cli_bench_parallel_json_lines_add_up) {
+    expect_json_lines_add_up(false);
+}
+
+FX_TEST(cli_bench_parallel_cpu_time_json_lines_add_up) {
+    expect_json_lines_add_up(true);
 }
 
 /* Prefill in steps of 5 rows (-b 5): 3 sequences of 7 prompt rows cross step boundaries inside
