@@ -240,6 +240,44 @@ FX_TEST(kernels_rope_rotates_pairs) {
     free(y);
 }
 
+/* Every table's rope gives the generic bits: the same products and sums in f32, for head sizes
+ * that its vectors cover (multiples of 16) and for those that it hands to the generic loop. */
+FX_TEST(kernels_rope_gives_the_generic_bits) {
+    const struct fx_kernels *tables[3];
+    int n_tables = kref_tables(tables);
+    struct fx_test_rng rng = {105};
+    const int64_t n_heads = 5, stride = 136; /* heads of up to 128 dims, 136 floats apart */
+    float *x = malloc((size_t)(n_heads * stride) * 4),
+          *want = malloc((size_t)(n_heads * stride) * 4),
+          *got = malloc((size_t)(n_heads * stride) * 4);
+    float cs[128];
+    assert_non_null(x);
+    assert_non_null(want);
+    assert_non_null(got);
+    kref_normal(x, n_heads * stride, &rng);
+    const int32_t dims[] = {16, 24, 32, 40, 64, 128};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+        struct fx_rope_params p = {
+            .n_dims = dims[d], .freq_base = 10000, .freq_scale = 1, .attn_factor = 1};
+        fx_rope_cache(&p, 1234, cs);
+        for (int mode = FX_ROPE_NORMAL; mode <= FX_ROPE_NEOX; mode++) {
+            memcpy(want, x, (size_t)(n_heads * stride) * 4);
+            fx_kernels_named("generic")->rope(want, n_heads, stride, dims[d],
+                                              (enum fx_rope_mode)mode, cs);
+            for (int k = 0; k < n_tables; k++) {
+                memcpy(got, x, (size_t)(n_heads * stride) * 4);
+                tables[k]->rope(got, n_heads, stride, dims[d], (enum fx_rope_mode)mode, cs);
+                if (memcmp(got, want, (size_t)(n_heads * stride) * 4) != 0)
+                    fail_msg("rope (%s), %d dims, mode %d: not the generic bits", tables[k]->name,
+                             dims[d], mode);
+            }
+        }
+    }
+    free(x);
+    free(want);
+    free(got);
+}
+
 /* ---- activations --------------------------------------------------------------------------- */
 
 static double silu_d(double x) {

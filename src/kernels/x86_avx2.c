@@ -277,6 +277,7 @@ const struct fx_kernels fx_kernels_avx2_part = {
     .act = {[FX_ACT_SILU] = fx_avx2_silu},
     .glu = {[FX_ACT_SILU] = fx_avx2_swiglu},
     .add = fx_avx2_add,
+    .rope = fx_avx2_rope,
     .scale = fx_avx2_scale,
     .axpy = fx_avx2_axpy,
     .kv_store = fx_avx2_kv_store,

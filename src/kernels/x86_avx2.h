@@ -114,6 +114,8 @@ void fx_avx2_softmax(float *x, int64_t n, float sink);
 void fx_avx2_silu(float *out, const float *x, int64_t n);
 void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n);
 void fx_avx2_add(float *out, const float *a, const float *b, int64_t n);
+void fx_avx2_rope(float *x, int64_t n_heads, int64_t head_stride, int32_t n_dims,
+                  enum fx_rope_mode mode, const float *cs);
 void fx_avx2_scale(float *out, const float *x, float s, int64_t n);
 void fx_avx2_axpy(float *y, const float *x, float a, int64_t n);
 /* The chunked delta rule (x86_avx2_ssm.c). */

@@ -1,8 +1,8 @@
-/* AVX2 row operations: RMS norm, softmax, SiLU and its gated product, add, scale and axpy. The
- * AVX-512 table inherits them (rows are short and memory-bound; 256-bit vectors suffice).
+/* AVX2 row operations: RMS norm, softmax, SiLU and its gated product, add, scale, axpy and rope.
+ * The AVX-512 table inherits them (rows are short and memory-bound; 256-bit vectors suffice).
  *
- * Each computes what the generic one does, in the same f32 operations where it can: add, scale
- * and axpy give the generic bits (no fused multiply-add); RMS norm keeps its sum of squares in
+ * Each computes what the generic one does, in the same f32 operations where it can: add, scale,
+ * axpy and rope give the generic bits (no fused multiply-add); RMS norm keeps its sum of squares in
  * double like the generic one (in another order); softmax and SiLU use the exp below, within 2
  * ulp of expf, so they agree with generic within the row tests' tolerance. */
 #if defined(__x86_64__)
@@ -138,6 +138,54 @@ void fx_avx2_axpy(float *y, const float *x, float a, int64_t n) {
     for (int64_t i = 0; i < n; i += 8)
         store_n(y + i, _mm256_add_ps(load_n(y + i, n - i), _mm256_mul_ps(va, load_n(x + i, n - i))),
                 n - i);
+}
+
+/* Pairs of 8 lanes rotated by their angles (x0 c - x1 s, x0 s + x1 c), each product rounded and
+ * then one add or subtract: the generic rope's operations. */
+FX_INLINE void rotate8(__m256 x0, __m256 x1, __m256 c, __m256 s, __m256 *a, __m256 *b) {
+    *a = _mm256_sub_ps(_mm256_mul_ps(x0, c), _mm256_mul_ps(x1, s));
+    *b = _mm256_add_ps(_mm256_mul_ps(x0, s), _mm256_mul_ps(x1, c));
+}
+
+/* Rope 8 pairs at a time, in the generic rope's operations (x1 c + x0 s is x0 s + x1 c: an add
+ * does not depend on its order): normal pairs (2i, 2i+1) lie in the lanes of one vector as their
+ * (cos, sin) do in cs; neox pairs (i, i + n_dims/2) in two vectors, their cos and sin gathered from
+ * cs's 16 floats. Head sizes whose pairs are not a multiple of 8 in both layouts (n_dims not a
+ * multiple of 16) take the generic loop. */
+void fx_avx2_rope(float *x, int64_t n_heads, int64_t head_stride, int32_t n_dims,
+                  enum fx_rope_mode mode, const float *cs) {
+    if (n_dims % 16 != 0) {
+        fx_rope_generic(x, n_heads, head_stride, n_dims, mode, cs);
+        return;
+    }
+    int32_t half = n_dims / 2;
+    for (int64_t h = 0; h < n_heads; h++) {
+        float *v = x + h * head_stride;
+        if (mode == FX_ROPE_NORMAL) {
+            for (int32_t i = 0; i < n_dims; i += 8) {
+                __m256 xv = _mm256_loadu_ps(v + i), csv = _mm256_loadu_ps(cs + i);
+                __m256 swapped = _mm256_permute_ps(xv, _MM_SHUFFLE(2, 3, 0, 1)); /* x1 x0 .. */
+                __m256 p = _mm256_mul_ps(xv, _mm256_moveldup_ps(csv));           /* x0 c, x1 c */
+                __m256 q = _mm256_mul_ps(swapped, _mm256_movehdup_ps(csv));      /* x1 s, x0 s */
+                _mm256_storeu_ps(v + i, _mm256_addsub_ps(p, q)); /* x0 c - x1 s, x1 c + x0 s */
+            }
+            continue;
+        }
+        for (int32_t i = 0; i < half; i += 8) {
+            __m256 lo = _mm256_loadu_ps(cs + 2 * i), hi = _mm256_loadu_ps(cs + 2 * i + 8);
+            /* in-lane shuffles give cos (sin) of pairs 0 1 4 5 | 2 3 6 7: order the quarters */
+            __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))),
+                _MM_SHUFFLE(3, 1, 2, 0)));
+            __m256 s = _mm256_castpd_ps(_mm256_permute4x64_pd(
+                _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))),
+                _MM_SHUFFLE(3, 1, 2, 0)));
+            __m256 a, b;
+            rotate8(_mm256_loadu_ps(v + i), _mm256_loadu_ps(v + half + i), c, s, &a, &b);
+            _mm256_storeu_ps(v + i, a);
+            _mm256_storeu_ps(v + half + i, b);
+        }
+    }
 }
 
 #endif
