@@ -159,8 +159,12 @@ FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, __m512 d16, const enu
  * [j][n_pad], key lanes [o][64]). Converting in registers as the rows stream by costs no tile in
  * between. */
 FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                              int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
-                              int64_t j1, const int NQ, const int NC, const enum fx_type T) {
+                              int64_t po, const struct fx_kv_run *values,
+                              const struct fx_kv_ahead *nv, int64_t e0, int64_t j0, int64_t j1,
+                              const int NQ, const int NC, const enum fx_type T) {
+    /* the bytes of elements e0 .. e0 + 16 NC - 1 in a row (stride: a row's bytes) */
+    const int64_t pf0 = (int64_t)values->stride * e0 / dim,
+                  pf1 = (int64_t)values->stride * (e0 + 16 * NC) / dim;
     __m512 a[6][4];
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
@@ -172,6 +176,11 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
         int64_t end = (j | 15) < j1 ? (j | 15) : j1;
         const uint8_t *v = values->grp[j / 16] + (j % 16) * stride;
         for (; j <= end; j++, v += stride) {
+            /* the same bytes of the next run's row j, one run ahead */
+            if (nv)
+                for (int64_t off = (j % 16) * stride + pf0;
+                     off < (j % 16) * stride + pf1 && off < nv->bytes[j / 16]; off += 64)
+                    __builtin_prefetch(nv->at[j / 16] + off, 0, 3);
             const float *w = p + j * pj;
             __m512 d16 = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -193,16 +202,16 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
 }
 
 typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                          int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
-                          int64_t j1);
+                          int64_t po, const struct fx_kv_run *values, const struct fx_kv_ahead *nv,
+                          int64_t e0, int64_t j0, int64_t j1);
 
 /* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
  * elements serves 6 outputs. */
 #define VALUES(NAME, NQ, T)                                                                        \
     NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,        \
-                       int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,         \
-                       int64_t j1) {                                                               \
-        values_tile(acc, dim, c, p, pj, po, values, e0, j0, j1, NQ, 4, T);                         \
+                       int64_t po, const struct fx_kv_run *values, const struct fx_kv_ahead *nv,   \
+                       int64_t e0, int64_t j0, int64_t j1) {                                       \
+        values_tile(acc, dim, c, p, pj, po, values, nv, e0, j0, j1, NQ, 4, T);                     \
     }
 #define VALUES_NQ(NAME, T)                                                                         \
     VALUES(NAME##_q1, 1, T)                                                                        \
@@ -326,18 +335,28 @@ FORCE_INLINE __m512 kt16(const uint8_t *tile, int64_t i, __m512 dv,
     return _mm512_mul_ps(q, dv);
 }
 
-/* The scores ask for a share of the next run every this many elements: with head size 64 and
- * f32 or f16 a run's keys and values are 16-32 KiB, and shares of half of them (one per block of
- * 32 elements) stalled the core as the whole burst did (x86_avx512_attn.h). */
-#define AHEAD_ELEMS 8
+/* The next run's key tiles (nk, NULL for none) ask for their lines at the pace this run's tiles
+ * are read: at element i, the line at the same place of each next tile, where element i begins a
+ * line of its own (bpe: a tile's bytes per element). Spread so, the requests keep the memory busy
+ * while the core works, one run ahead, as a streaming read does. */
+FORCE_INLINE void mirror_keys(const struct fx_kv_ahead *nk, int64_t i, int64_t bpe) {
+    int64_t off = i * bpe;
+    if (!nk || (off & 63) >= bpe)
+        return;
+#pragma GCC unroll 4
+    for (int g = 0; g < FX_ATTN_RUN / 16; g++)
+        if (off < nk->bytes[g])
+            __builtin_prefetch(nk->at[g] + off, 0, 3);
+}
 
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
  * keys (key tiles tile[0 .. NB - 1] in form F): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches a's share of the next run every
- * AHEAD_ELEMS elements. */
+ * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches the next run's tiles nk as it
+ * goes (mirror_keys). */
 FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
-                              int64_t dim, const struct fx_avx512_ahead *a, const int QG,
-                              const int NB, const enum fx_avx512_kt_form F) {
+                              int64_t dim, const struct fx_kv_ahead *nk, const int QG, const int NB,
+                              const enum fx_avx512_kt_form F) {
+    const int64_t bpe = F == FX_KT_F32 ? 64 : F == FX_KT_F16 ? 32 : 17;
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
@@ -352,8 +371,7 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
             dv[b] =
                 F == FX_KT_Q8 ? fp16x16(tile[b] + dim * 16 + i0 / FX_QK * 32) : _mm512_setzero_ps();
         for (int64_t i = i0; i < i0 + FX_QK; i++) {
-            if (i % AHEAD_ELEMS == 0)
-                fx_avx512_ahead_part(a, i / AHEAD_ELEMS, dim / AHEAD_ELEMS);
+            mirror_keys(nk, i, bpe);
             __m512 k[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
@@ -375,13 +393,13 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
 }
 
 typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
-                               int64_t dim, const struct fx_avx512_ahead *a);
+                               int64_t dim, const struct fx_kv_ahead *nk);
 
 #define SCORES_KEYS(NAME, QG, NB, F)                                                               \
     NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,                   \
                                        const uint8_t *const *tile, int64_t dim,                    \
-                                       const struct fx_avx512_ahead *a) {                          \
-        scores_keys(s, qt, n_pad, tile, dim, a, QG, NB, F);                                        \
+                                       const struct fx_kv_ahead *nk) {                             \
+        scores_keys(s, qt, n_pad, tile, dim, nk, QG, NB, F);                                       \
     }
 #define SCORES_KEYS_NB(NAME, QG, F)                                                                \
     SCORES_KEYS(NAME, QG, 1, F)                                                                    \
@@ -410,7 +428,7 @@ static const scores_keys_fn scores_keys_by[3][4][4] = {
  * Weight p[j][o] at st->p + j * pj + o * po. */
 static void values_range(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          int64_t v0, int64_t end, int64_t pj, int64_t po,
-                         const struct fx_kv_run *values) {
+                         const struct fx_kv_run *values, const struct fx_kv_ahead *nv) {
     const values_fn *by_nq = values_by[values->type == FX_TYPE_F32   ? 0
                                        : values->type == FX_TYPE_F16 ? 1
                                                                      : 2];
@@ -420,7 +438,7 @@ static void values_range(struct fx_attn_state *st, const int32_t *first, const i
             span(st, first, last, o0, o0 + nq, &j0, &j1);
             if (j0 <= j1)
                 by_nq[nq](st->acc + o0 * st->dim_v + e0, st->dim_v, st->c + o0, st->p + o0 * po, pj,
-                          po, values, e0, j0, j1);
+                          po, values, o0 == v0 ? nv : NULL, e0, j0, j1);
         }
 }
 
@@ -438,11 +456,11 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
      * run; the scores of tiles do). */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
     const uint8_t *tile[FX_ATTN_RUN / 16];
-    struct fx_avx512_ahead ahead = {{&keys->next, &values->next}, 0, 0};
+    const struct fx_kv_ahead *nk = NULL, *nv = NULL;
     if (keys->tiled) {
         for (int64_t b = b0; b <= b1; b++)
             tile[b - b0] = keys->grp[b];
-        ahead.g1 = FX_ATTN_RUN / 16;
+        nk = &keys->next, nv = &values->next;
     } else {
         fx_avx512_attn_keys_t(st->kt, keys, values, dim, b0, b1, j1);
         for (int64_t b = b0; b <= b1; b++)
@@ -454,8 +472,8 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
         scores_keys_by[form][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
-                                              st->n_pad, tile, dim, &ahead);
-        ahead.g1 = 0; /* the first queries' pass prefetched it */
+                                              st->n_pad, tile, dim, nk);
+        nk = NULL; /* the first queries' pass prefetched them */
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];
@@ -490,7 +508,7 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         sums[o] = sum_partials16(part);
     }
     fold16(st, 0, m_old, m_new, m_subv, _mm512_loadu_ps(sums));
-    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values);
+    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values, nv);
 }
 
 /* Keys for query lanes: f32 rows in place when the run's groups lie one after another at one
@@ -566,5 +584,5 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
     const struct fx_kv_run *value_rows = values_f32(st, values, n_keys, &converted);
     for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
         values_range(st, first, last, v0, v0 + 16 < st->n_q ? v0 + 16 : st->n_q, st->n_pad, 1,
-                     value_rows);
+                     value_rows, NULL);
 }
