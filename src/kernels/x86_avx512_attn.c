@@ -136,9 +136,9 @@ static scores_fn scores_for(int64_t dim, int qr, bool block) {
 
 /* The scale of the q8_0 block that holds element e of a row, in every lane. */
 FORCE_INLINE __m512 q8_0_scale16(const uint8_t *row, int64_t e) {
-    uint16_t d;
+    int16_t d;
     memcpy(&d, row + e / FX_QK * sizeof(struct fx_block_q8_0), 2);
-    return _mm512_set1_ps(_cvtsh_ss(d));
+    return _mm512_cvtph_ps(_mm256_set1_epi16(d)); /* a broadcast load and one conversion */
 }
 
 /* Elements e .. e + 15 of a value row of type T as f32, as kv_load widens them (exact); q8_0:
@@ -157,33 +157,34 @@ FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, __m512 d16, const enu
  * multiple of 32) for NQ outputs (rows of dim floats at acc; v_j row j of the run `values`, of
  * type T), keys j0 .. j1 in order (weight p[j][o] at p + j * pj + o * po: query lanes
  * [j][n_pad], key lanes [o][64]). Converting in registers as the rows stream by costs no tile in
- * between. */
+ * between. nv (NULL for none): the next run's rows, whose bytes at the place of this tile's are
+ * prefetched as each row goes by, one run ahead. */
 FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
                               int64_t po, const struct fx_kv_run *values,
                               const struct fx_kv_ahead *nv, int64_t e0, int64_t j0, int64_t j1,
                               const int NQ, const int NC, const enum fx_type T) {
-    /* the bytes of elements e0 .. e0 + 16 NC - 1 in a row (stride: a row's bytes) */
-    const int64_t pf0 = (int64_t)values->stride * e0 / dim,
-                  pf1 = (int64_t)values->stride * (e0 + 16 * NC) / dim;
-    __m512 a[6][4];
+    const int64_t stride = (int64_t)values->stride; /* a row's bytes */
+    /* the bytes of elements e0 .. e0 + 16 NC - 1 in a row */
+    const int64_t pf0 = stride * e0 / dim, pf1 = stride * (e0 + 16 * NC) / dim;
+    __m512 a[6][8];
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int k = 0; k < NC; k++)
             a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
-    for (int64_t j = j0, stride = (int64_t)values->stride; j <= j1;) {
-        /* the rows of j's group of 16 lie stride bytes apart */
-        int64_t end = (j | 15) < j1 ? (j | 15) : j1;
-        const uint8_t *v = values->grp[j / 16] + (j % 16) * stride;
-        for (; j <= end; j++, v += stride) {
-            /* the same bytes of the next run's row j, one run ahead */
-            if (nv)
-                for (int64_t off = (j % 16) * stride + pf0;
-                     off < (j % 16) * stride + pf1 && off < nv->bytes[j / 16]; off += 64)
-                    __builtin_prefetch(nv->at[j / 16] + off, 0, 3);
+    for (int64_t j = j0; j <= j1;) {
+        /* the rows of j's group of 16 lie stride bytes apart, and so do the next run's, up to
+         * the end of their block (nx_end) */
+        int64_t g = j / 16, end = (j | 15) < j1 ? (j | 15) : j1;
+        const uint8_t *v = values->grp[g] + (j % 16) * stride;
+        uintptr_t nx = nv ? (uintptr_t)nv->at[g] + (uintptr_t)((j % 16) * stride) : 0,
+                  nx_end = nv ? (uintptr_t)nv->at[g] + nv->bytes[g] : 0;
+        for (; j <= end; j++, v += stride, nx += (uintptr_t)stride) {
+            for (uintptr_t l = nx + (uintptr_t)pf0; l < nx + (uintptr_t)pf1 && l < nx_end; l += 64)
+                __builtin_prefetch((const void *)l, 0, 3);
             const float *w = p + j * pj;
             __m512 d16 = _mm512_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int k = 0; k < NC; k++) {
                 if (T == FX_TYPE_Q8_0 && k % 2 == 0) /* chunks 2 m and 2 m + 1 share a block */
                     d16 = q8_0_scale16(v, e0 + k * 16);
@@ -196,7 +197,7 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
     }
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int k = 0; k < NC; k++)
             _mm512_storeu_ps(acc + o * dim + k * 16, a[o][k]);
 }
@@ -206,30 +207,38 @@ typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *
                           int64_t e0, int64_t j0, int64_t j1);
 
 /* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
- * elements serves 6 outputs. */
-#define VALUES(NAME, NQ, T)                                                                        \
+ * elements serves 6 outputs. Up to 3 outputs (decode with 2-3 query heads per KV head) take 128
+ * elements a tile (up to 24 accumulators again): half the passes over the rows, each row's
+ * weights loaded and its next-run lines asked for once. Each accumulator sees the same keys in
+ * the same order either way, so the bits are the same. */
+#define VALUES(NAME, NQ, NC, T)                                                                    \
     NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,        \
                        int64_t po, const struct fx_kv_run *values, const struct fx_kv_ahead *nv,   \
                        int64_t e0, int64_t j0, int64_t j1) {                                       \
-        values_tile(acc, dim, c, p, pj, po, values, nv, e0, j0, j1, NQ, 4, T);                     \
+        values_tile(acc, dim, c, p, pj, po, values, nv, e0, j0, j1, NQ, NC, T);                    \
     }
 #define VALUES_NQ(NAME, T)                                                                         \
-    VALUES(NAME##_q1, 1, T)                                                                        \
-    VALUES(NAME##_q2, 2, T)                                                                        \
-    VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T) VALUES(NAME##_q5, 5, T) VALUES(NAME##_q6, 6, T)
+    VALUES(NAME##_q1, 1, 4, T)                                                                     \
+    VALUES(NAME##_q2, 2, 4, T)                                                                     \
+    VALUES(NAME##_q3, 3, 4, T)                                                                     \
+    VALUES(NAME##_q4, 4, 4, T) VALUES(NAME##_q5, 5, 4, T) VALUES(NAME##_q6, 6, 4, T)               \
+        VALUES(NAME##_w1, 1, 8, T) VALUES(NAME##_w2, 2, 8, T) VALUES(NAME##_w3, 3, 8, T)
 VALUES_NQ(values_f32, FX_TYPE_F32)
 VALUES_NQ(values_f16, FX_TYPE_F16)
 VALUES_NQ(values_q8_0, FX_TYPE_Q8_0)
 #undef VALUES_NQ
 #undef VALUES
 
-/* [f32, f16, q8_0][outputs] */
-static const values_fn values_by[3][7] = {{NULL, values_f32_q1, values_f32_q2, values_f32_q3,
-                                           values_f32_q4, values_f32_q5, values_f32_q6},
-                                          {NULL, values_f16_q1, values_f16_q2, values_f16_q3,
-                                           values_f16_q4, values_f16_q5, values_f16_q6},
-                                          {NULL, values_q8_0_q1, values_q8_0_q2, values_q8_0_q3,
-                                           values_q8_0_q4, values_q8_0_q5, values_q8_0_q6}};
+#define BY_NQ(NAME)                                                                                \
+    {                                                                                              \
+        {NULL, NAME##_q1, NAME##_q2, NAME##_q3, NAME##_q4, NAME##_q5, NAME##_q6}, {                \
+            NULL, NAME##_w1, NAME##_w2, NAME##_w3, NULL, NULL, NULL                                \
+        }                                                                                          \
+    }
+/* [f32, f16, q8_0][64 or 128 elements a tile][outputs] */
+static const values_fn values_by[3][2][7] = {BY_NQ(values_f32), BY_NQ(values_f16),
+                                             BY_NQ(values_q8_0)};
+#undef BY_NQ
 
 /* The keys [*j0, *j1] that queries o0 .. o1 - 1 see between them (*j0 > *j1 when none). */
 static void span(const struct fx_attn_state *st, const int32_t *first, const int32_t *last,
@@ -429,10 +438,12 @@ static const scores_keys_fn scores_keys_by[3][4][4] = {
 static void values_range(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          int64_t v0, int64_t end, int64_t pj, int64_t po,
                          const struct fx_kv_run *values, const struct fx_kv_ahead *nv) {
+    /* up to 3 outputs: tiles of 128 elements where the rows hold whole ones */
+    const int wide = end - v0 <= 3 && st->dim_v % 128 == 0;
     const values_fn *by_nq = values_by[values->type == FX_TYPE_F32   ? 0
                                        : values->type == FX_TYPE_F16 ? 1
-                                                                     : 2];
-    for (int64_t e0 = 0; e0 < st->dim_v; e0 += 64)
+                                                                     : 2][wide];
+    for (int64_t e0 = 0; e0 < st->dim_v; e0 += wide ? 128 : 64)
         for (int64_t o0 = v0; o0 < end; o0 += 6) {
             int64_t nq = end - o0 < 6 ? end - o0 : 6, j0, j1;
             span(st, first, last, o0, o0 + nq, &j0, &j1);
