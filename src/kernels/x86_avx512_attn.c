@@ -153,19 +153,30 @@ FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, __m512 d16, const enu
     return _mm512_mul_ps(q, d16);
 }
 
+/* Rows a pass asks the memory for while it reads others, a share at each step, so that the
+ * requests keep the memory busy while the core works (a burst would fill the core's miss buffers
+ * and stall it): groups of 16 rows or key tiles at at->at[g], at->bytes[g] bytes each, `row` bytes
+ * per row of a group (a key tile's bytes / 16). */
+struct ahead_rows {
+    const struct fx_kv_ahead *at;
+    int64_t row;
+};
+
 /* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats from element e0 (a
  * multiple of 32) for NQ outputs (rows of dim floats at acc; v_j row j of the run `values`, of
  * type T), keys j0 .. j1 in order (weight p[j][o] at p + j * pj + o * po: query lanes
  * [j][n_pad], key lanes [o][64]). Converting in registers as the rows stream by costs no tile in
- * between. nv (NULL for none): the next run's rows, whose bytes at the place of this tile's are
- * prefetched as each row goes by, one run ahead. */
+ * between. As row j goes by, the share of row j of each group of `pre` (NULL for none) that goes
+ * with these elements is prefetched. */
 FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
                               int64_t po, const struct fx_kv_run *values,
-                              const struct fx_kv_ahead *nv, int64_t e0, int64_t j0, int64_t j1,
+                              const struct ahead_rows *pre, int64_t e0, int64_t j0, int64_t j1,
                               const int NQ, const int NC, const enum fx_type T) {
     const int64_t stride = (int64_t)values->stride; /* a row's bytes */
-    /* the bytes of elements e0 .. e0 + 16 NC - 1 in a row */
-    const int64_t pf0 = stride * e0 / dim, pf1 = stride * (e0 + 16 * NC) / dim;
+    const struct fx_kv_ahead *ahead = pre ? pre->at : NULL;
+    /* the share of a row of pre that goes with elements e0 .. e0 + 16 NC - 1 */
+    const int64_t prow = pre ? pre->row : 0, pf0 = prow * e0 / dim,
+                  pf1 = prow * (e0 + 16 * NC) / dim;
     __m512 a[6][8];
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
@@ -173,14 +184,15 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
         for (int k = 0; k < NC; k++)
             a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
     for (int64_t j = j0; j <= j1;) {
-        /* the rows of j's group of 16 lie stride bytes apart, and so do the next run's, up to
-         * the end of their block (nx_end) */
+        /* the rows of j's group of 16 lie stride bytes apart; pre's rows prow apart, up to the
+         * end of their group (pre_end) */
         int64_t g = j / 16, end = (j | 15) < j1 ? (j | 15) : j1;
         const uint8_t *v = values->grp[g] + (j % 16) * stride;
-        uintptr_t nx = nv ? (uintptr_t)nv->at[g] + (uintptr_t)((j % 16) * stride) : 0,
-                  nx_end = nv ? (uintptr_t)nv->at[g] + nv->bytes[g] : 0;
-        for (; j <= end; j++, v += stride, nx += (uintptr_t)stride) {
-            for (uintptr_t l = nx + (uintptr_t)pf0; l < nx + (uintptr_t)pf1 && l < nx_end; l += 64)
+        uintptr_t pre_row = ahead ? (uintptr_t)ahead->at[g] + (uintptr_t)((j % 16) * prow) : 0,
+                  pre_end = ahead ? (uintptr_t)ahead->at[g] + ahead->bytes[g] : 0;
+        for (; j <= end; j++, v += stride, pre_row += (uintptr_t)prow) {
+            for (uintptr_t l = pre_row + (uintptr_t)pf0;
+                 l < pre_row + (uintptr_t)pf1 && l < pre_end; l += 64)
                 __builtin_prefetch((const void *)l, 0, 3);
             const float *w = p + j * pj;
             __m512 d16 = _mm512_setzero_ps();
@@ -203,7 +215,7 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
 }
 
 typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                          int64_t po, const struct fx_kv_run *values, const struct fx_kv_ahead *nv,
+                          int64_t po, const struct fx_kv_run *values, const struct ahead_rows *pre,
                           int64_t e0, int64_t j0, int64_t j1);
 
 /* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
@@ -213,16 +225,18 @@ typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *
  * the same order either way, so the bits are the same. */
 #define VALUES(NAME, NQ, NC, T)                                                                    \
     NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,        \
-                       int64_t po, const struct fx_kv_run *values, const struct fx_kv_ahead *nv,   \
+                       int64_t po, const struct fx_kv_run *values, const struct ahead_rows *pre,   \
                        int64_t e0, int64_t j0, int64_t j1) {                                       \
-        values_tile(acc, dim, c, p, pj, po, values, nv, e0, j0, j1, NQ, NC, T);                    \
+        values_tile(acc, dim, c, p, pj, po, values, pre, e0, j0, j1, NQ, NC, T);                   \
     }
 #define VALUES_NQ(NAME, T)                                                                         \
     VALUES(NAME##_q1, 1, 4, T)                                                                     \
     VALUES(NAME##_q2, 2, 4, T)                                                                     \
     VALUES(NAME##_q3, 3, 4, T)                                                                     \
-    VALUES(NAME##_q4, 4, 4, T) VALUES(NAME##_q5, 5, 4, T) VALUES(NAME##_q6, 6, 4, T)               \
-        VALUES(NAME##_w1, 1, 8, T) VALUES(NAME##_w2, 2, 8, T) VALUES(NAME##_w3, 3, 8, T)
+    VALUES(NAME##_q4, 4, 4, T)                                                                     \
+    VALUES(NAME##_q5, 5, 4, T)                                                                     \
+    VALUES(NAME##_q6, 6, 4, T)                                                                     \
+    VALUES(NAME##_w1, 1, 8, T) VALUES(NAME##_w2, 2, 8, T) VALUES(NAME##_w3, 3, 8, T)
 VALUES_NQ(values_f32, FX_TYPE_F32)
 VALUES_NQ(values_f16, FX_TYPE_F16)
 VALUES_NQ(values_q8_0, FX_TYPE_Q8_0)
@@ -344,28 +358,27 @@ FORCE_INLINE __m512 kt16(const uint8_t *tile, int64_t i, __m512 dv,
     return _mm512_mul_ps(q, dv);
 }
 
-/* The next run's key tiles (nk, NULL for none) ask for their lines at the pace this run's tiles
- * are read: at element i, the line at the same place of each next tile, where element i begins a
- * line of its own (bpe: a tile's bytes per element). Spread so, the requests keep the memory busy
- * while the core works, one run ahead, as a streaming read does. */
-FORCE_INLINE void mirror_keys(const struct fx_kv_ahead *nk, int64_t i, int64_t bpe) {
+/* The share of each group of rows at `ahead` (struct ahead_rows) that goes with element i of a
+ * key tile: the line at byte i * bpe of the group (bpe: its bytes per element, 16 rows' bytes /
+ * dim), where that byte begins a line, so that each line is asked for once. */
+FORCE_INLINE void ahead_at_element(const struct fx_kv_ahead *ahead, int64_t i, int64_t bpe) {
     int64_t off = i * bpe;
-    if (!nk || (off & 63) >= bpe)
+    if ((off & 63) >= bpe)
         return;
 #pragma GCC unroll 4
     for (int g = 0; g < FX_ATTN_RUN / 16; g++)
-        if (off < nk->bytes[g])
-            __builtin_prefetch(nk->at[g] + off, 0, 3);
+        if (off < ahead->bytes[g])
+            __builtin_prefetch(ahead->at[g] + off, 0, 3);
 }
 
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
  * keys (key tiles tile[0 .. NB - 1] in form F): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches the next run's tiles nk as it
- * goes (mirror_keys). */
+ * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches the rows of pre (NULL for none)
+ * as it goes (ahead_at_element). */
 FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
-                              int64_t dim, const struct fx_kv_ahead *nk, const int QG, const int NB,
+                              int64_t dim, const struct ahead_rows *pre, const int QG, const int NB,
                               const enum fx_avx512_kt_form F) {
-    const int64_t bpe = F == FX_KT_F32 ? 64 : F == FX_KT_F16 ? 32 : 17;
+    const int64_t bpe = pre ? 16 * pre->row / dim : 0;
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
@@ -380,7 +393,8 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
             dv[b] =
                 F == FX_KT_Q8 ? fp16x16(tile[b] + dim * 16 + i0 / FX_QK * 32) : _mm512_setzero_ps();
         for (int64_t i = i0; i < i0 + FX_QK; i++) {
-            mirror_keys(nk, i, bpe);
+            if (pre)
+                ahead_at_element(pre->at, i, bpe);
             __m512 k[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
@@ -402,13 +416,13 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
 }
 
 typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
-                               int64_t dim, const struct fx_kv_ahead *nk);
+                               int64_t dim, const struct ahead_rows *pre);
 
 #define SCORES_KEYS(NAME, QG, NB, F)                                                               \
     NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,                   \
                                        const uint8_t *const *tile, int64_t dim,                    \
-                                       const struct fx_kv_ahead *nk) {                             \
-        scores_keys(s, qt, n_pad, tile, dim, nk, QG, NB, F);                                       \
+                                       const struct ahead_rows *pre) {                             \
+        scores_keys(s, qt, n_pad, tile, dim, pre, QG, NB, F);                                      \
     }
 #define SCORES_KEYS_NB(NAME, QG, F)                                                                \
     SCORES_KEYS(NAME, QG, 1, F)                                                                    \
@@ -437,7 +451,7 @@ static const scores_keys_fn scores_keys_by[3][4][4] = {
  * Weight p[j][o] at st->p + j * pj + o * po. */
 static void values_range(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          int64_t v0, int64_t end, int64_t pj, int64_t po,
-                         const struct fx_kv_run *values, const struct fx_kv_ahead *nv) {
+                         const struct fx_kv_run *values, const struct ahead_rows *pre) {
     /* up to 3 outputs: tiles of 128 elements where the rows hold whole ones */
     const int wide = end - v0 <= 3 && st->dim_v % 128 == 0;
     const values_fn *by_nq = values_by[values->type == FX_TYPE_F32   ? 0
@@ -449,7 +463,7 @@ static void values_range(struct fx_attn_state *st, const int32_t *first, const i
             span(st, first, last, o0, o0 + nq, &j0, &j1);
             if (j0 <= j1)
                 by_nq[nq](st->acc + o0 * st->dim_v + e0, st->dim_v, st->c + o0, st->p + o0 * po, pj,
-                          po, values, o0 == v0 ? nv : NULL, e0, j0, j1);
+                          po, values, o0 == v0 ? pre : NULL, e0, j0, j1);
         }
 }
 
@@ -464,14 +478,25 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         return;
     /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64), from
      * the cache's key tiles, or from rows transposed into st->kt (which then prefetches the next
-     * run; the scores of tiles do). */
+     * run's keys and values). Reading tiles, the scores ask for this run's value rows and the
+     * values for the next run's keys: half a run ahead, what was asked for is still in L1 when it
+     * is read, where a whole run ahead (with head size 128 and f16, a run's keys and values and
+     * the next run's are 64 KiB, against 48 of L1) the scores stalled on the loads of keys that
+     * had been asked for. */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
     const uint8_t *tile[FX_ATTN_RUN / 16];
-    const struct fx_kv_ahead *nk = NULL, *nv = NULL;
+    struct fx_kv_ahead values_now = {0};
+    const struct ahead_rows values_ahead = {&values_now, (int64_t)values->stride},
+                            keys_ahead = {&keys->next, (int64_t)keys->stride};
+    const struct ahead_rows *scores_ask = NULL, *values_ask = NULL;
     if (keys->tiled) {
-        for (int64_t b = b0; b <= b1; b++)
+        for (int64_t b = b0; b <= b1; b++) {
+            int64_t rows = j1 + 1 - 16 * b < 16 ? j1 + 1 - 16 * b : 16;
             tile[b - b0] = keys->grp[b];
-        nk = &keys->next, nv = &values->next;
+            values_now.at[b] = values->grp[b];
+            values_now.bytes[b] = (uint32_t)(rows * (int64_t)values->stride);
+        }
+        scores_ask = &values_ahead, values_ask = &keys_ahead;
     } else {
         fx_avx512_attn_keys_t(st->kt, keys, values, dim, b0, b1, j1);
         for (int64_t b = b0; b <= b1; b++)
@@ -483,8 +508,8 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
         scores_keys_by[form][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
-                                              st->n_pad, tile, dim, nk);
-        nk = NULL; /* the first queries' pass prefetched them */
+                                              st->n_pad, tile, dim, scores_ask);
+        scores_ask = NULL; /* the first queries' pass asked for them */
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];
@@ -519,7 +544,7 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         sums[o] = sum_partials16(part);
     }
     fold16(st, 0, m_old, m_new, m_subv, _mm512_loadu_ps(sums));
-    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values, nv);
+    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values, values_ask);
 }
 
 /* Keys for query lanes: f32 rows in place when the run's groups lie one after another at one
