@@ -245,7 +245,9 @@ struct fx_kernels {
      * A query whose keys come in the same runs always gets the same bits, whatever the other
      * queries of the state see (the decoder cuts runs at fixed absolute positions). Prefetches
      * keys->next and values->next (the rows of the next run) while it works, spread over its
-     * work where it can: a burst of a whole run's lines stalls the core until most arrive. */
+     * work where it can: a burst of a whole run's lines stalls the core until most arrive. (A
+     * kernel may ask for rows nearer their use instead: this run's values while it scores, the
+     * next run's keys while it sums values.) */
     void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                      const struct fx_kv_run *keys, const struct fx_kv_run *values, int64_t n_keys,
                      float scale, float softcap);

@@ -136,9 +136,9 @@ static scores_fn scores_for(int64_t dim, int qr, bool block) {
 
 /* The scale of the q8_0 block that holds element e of a row, in every lane. */
 FORCE_INLINE __m512 q8_0_scale16(const uint8_t *row, int64_t e) {
-    uint16_t d;
+    int16_t d;
     memcpy(&d, row + e / FX_QK * sizeof(struct fx_block_q8_0), 2);
-    return _mm512_set1_ps(_cvtsh_ss(d));
+    return _mm512_cvtph_ps(_mm256_set1_epi16(d)); /* a broadcast load and one conversion */
 }
 
 /* Elements e .. e + 15 of a value row of type T as f32, as kv_load widens them (exact); q8_0:
@@ -153,28 +153,50 @@ FORCE_INLINE __m512 value16(const uint8_t *row, int64_t e, __m512 d16, const enu
     return _mm512_mul_ps(q, d16);
 }
 
+/* Rows a pass asks the memory for while it reads others, a share at each step, so that the
+ * requests keep the memory busy while the core works (a burst would fill the core's miss buffers
+ * and stall it): groups of 16 rows or key tiles at at->at[g], at->bytes[g] bytes each, `row` bytes
+ * per row of a group (a key tile's bytes / 16). */
+struct ahead_rows {
+    const struct fx_kv_ahead *at;
+    int64_t row;
+};
+
 /* acc[o] = acc[o] * c[o] + sum_j p[j][o] v_j over NC chunks of 16 floats from element e0 (a
  * multiple of 32) for NQ outputs (rows of dim floats at acc; v_j row j of the run `values`, of
  * type T), keys j0 .. j1 in order (weight p[j][o] at p + j * pj + o * po: query lanes
  * [j][n_pad], key lanes [o][64]). Converting in registers as the rows stream by costs no tile in
- * between. */
+ * between. As row j goes by, the share of row j of each group of `pre` (NULL for none) that goes
+ * with these elements is prefetched. */
 FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                              int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
-                              int64_t j1, const int NQ, const int NC, const enum fx_type T) {
-    __m512 a[6][4];
+                              int64_t po, const struct fx_kv_run *values,
+                              const struct ahead_rows *pre, int64_t e0, int64_t j0, int64_t j1,
+                              const int NQ, const int NC, const enum fx_type T) {
+    const int64_t stride = (int64_t)values->stride; /* a row's bytes */
+    const struct fx_kv_ahead *ahead = pre ? pre->at : NULL;
+    /* the share of a row of pre that goes with elements e0 .. e0 + 16 NC - 1 */
+    const int64_t prow = pre ? pre->row : 0, pf0 = prow * e0 / dim,
+                  pf1 = prow * (e0 + 16 * NC) / dim;
+    __m512 a[6][8];
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int k = 0; k < NC; k++)
             a[o][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + o * dim + k * 16), _mm512_set1_ps(c[o]));
-    for (int64_t j = j0, stride = (int64_t)values->stride; j <= j1;) {
-        /* the rows of j's group of 16 lie stride bytes apart */
-        int64_t end = (j | 15) < j1 ? (j | 15) : j1;
-        const uint8_t *v = values->grp[j / 16] + (j % 16) * stride;
-        for (; j <= end; j++, v += stride) {
+    for (int64_t j = j0; j <= j1;) {
+        /* the rows of j's group of 16 lie stride bytes apart; pre's rows prow apart, up to the
+         * end of their group (pre_end) */
+        int64_t g = j / 16, end = (j | 15) < j1 ? (j | 15) : j1;
+        const uint8_t *v = values->grp[g] + (j % 16) * stride;
+        uintptr_t pre_row = ahead ? (uintptr_t)ahead->at[g] + (uintptr_t)((j % 16) * prow) : 0,
+                  pre_end = ahead ? (uintptr_t)ahead->at[g] + ahead->bytes[g] : 0;
+        for (; j <= end; j++, v += stride, pre_row += (uintptr_t)prow) {
+            for (uintptr_t l = pre_row + (uintptr_t)pf0;
+                 l < pre_row + (uintptr_t)pf1 && l < pre_end; l += 64)
+                __builtin_prefetch((const void *)l, 0, 3);
             const float *w = p + j * pj;
             __m512 d16 = _mm512_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int k = 0; k < NC; k++) {
                 if (T == FX_TYPE_Q8_0 && k % 2 == 0) /* chunks 2 m and 2 m + 1 share a block */
                     d16 = q8_0_scale16(v, e0 + k * 16);
@@ -187,40 +209,50 @@ FORCE_INLINE void values_tile(float *acc, int64_t dim, const float *c, const flo
     }
 #pragma GCC unroll 6
     for (int o = 0; o < NQ; o++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int k = 0; k < NC; k++)
             _mm512_storeu_ps(acc + o * dim + k * 16, a[o][k]);
 }
 
 typedef void (*values_fn)(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,
-                          int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,
-                          int64_t j1);
+                          int64_t po, const struct fx_kv_run *values, const struct ahead_rows *pre,
+                          int64_t e0, int64_t j0, int64_t j1);
 
 /* Tiles of up to 6 outputs x 64 elements (24 accumulators): each load of a value row's 64
- * elements serves 6 outputs. */
-#define VALUES(NAME, NQ, T)                                                                        \
+ * elements serves 6 outputs. Up to 3 outputs (decode with 2-3 query heads per KV head) take 128
+ * elements a tile (up to 24 accumulators again): half the passes over the rows, each row's
+ * weights loaded and its next-run lines asked for once. Each accumulator sees the same keys in
+ * the same order either way, so the bits are the same. */
+#define VALUES(NAME, NQ, NC, T)                                                                    \
     NOINLINE void NAME(float *acc, int64_t dim, const float *c, const float *p, int64_t pj,        \
-                       int64_t po, const struct fx_kv_run *values, int64_t e0, int64_t j0,         \
-                       int64_t j1) {                                                               \
-        values_tile(acc, dim, c, p, pj, po, values, e0, j0, j1, NQ, 4, T);                         \
+                       int64_t po, const struct fx_kv_run *values, const struct ahead_rows *pre,   \
+                       int64_t e0, int64_t j0, int64_t j1) {                                       \
+        values_tile(acc, dim, c, p, pj, po, values, pre, e0, j0, j1, NQ, NC, T);                   \
     }
 #define VALUES_NQ(NAME, T)                                                                         \
-    VALUES(NAME##_q1, 1, T)                                                                        \
-    VALUES(NAME##_q2, 2, T)                                                                        \
-    VALUES(NAME##_q3, 3, T) VALUES(NAME##_q4, 4, T) VALUES(NAME##_q5, 5, T) VALUES(NAME##_q6, 6, T)
+    VALUES(NAME##_q1, 1, 4, T)                                                                     \
+    VALUES(NAME##_q2, 2, 4, T)                                                                     \
+    VALUES(NAME##_q3, 3, 4, T)                                                                     \
+    VALUES(NAME##_q4, 4, 4, T)                                                                     \
+    VALUES(NAME##_q5, 5, 4, T)                                                                     \
+    VALUES(NAME##_q6, 6, 4, T)                                                                     \
+    VALUES(NAME##_w1, 1, 8, T) VALUES(NAME##_w2, 2, 8, T) VALUES(NAME##_w3, 3, 8, T)
 VALUES_NQ(values_f32, FX_TYPE_F32)
 VALUES_NQ(values_f16, FX_TYPE_F16)
 VALUES_NQ(values_q8_0, FX_TYPE_Q8_0)
 #undef VALUES_NQ
 #undef VALUES
 
-/* [f32, f16, q8_0][outputs] */
-static const values_fn values_by[3][7] = {{NULL, values_f32_q1, values_f32_q2, values_f32_q3,
-                                           values_f32_q4, values_f32_q5, values_f32_q6},
-                                          {NULL, values_f16_q1, values_f16_q2, values_f16_q3,
-                                           values_f16_q4, values_f16_q5, values_f16_q6},
-                                          {NULL, values_q8_0_q1, values_q8_0_q2, values_q8_0_q3,
-                                           values_q8_0_q4, values_q8_0_q5, values_q8_0_q6}};
+#define BY_NQ(NAME)                                                                                \
+    {                                                                                              \
+        {NULL, NAME##_q1, NAME##_q2, NAME##_q3, NAME##_q4, NAME##_q5, NAME##_q6}, {                \
+            NULL, NAME##_w1, NAME##_w2, NAME##_w3, NULL, NULL, NULL                                \
+        }                                                                                          \
+    }
+/* [f32, f16, q8_0][64 or 128 elements a tile][outputs] */
+static const values_fn values_by[3][2][7] = {BY_NQ(values_f32), BY_NQ(values_f16),
+                                             BY_NQ(values_q8_0)};
+#undef BY_NQ
 
 /* The keys [*j0, *j1] that queries o0 .. o1 - 1 see between them (*j0 > *j1 when none). */
 static void span(const struct fx_attn_state *st, const int32_t *first, const int32_t *last,
@@ -326,18 +358,27 @@ FORCE_INLINE __m512 kt16(const uint8_t *tile, int64_t i, __m512 dv,
     return _mm512_mul_ps(q, dv);
 }
 
-/* The scores ask for a share of the next run every this many elements: with head size 64 and
- * f32 or f16 a run's keys and values are 16-32 KiB, and shares of half of them (one per block of
- * 32 elements) stalled the core as the whole burst did (x86_avx512_attn.h). */
-#define AHEAD_ELEMS 8
+/* The share of each group of rows at `ahead` (struct ahead_rows) that goes with element i of a
+ * key tile: the line at byte i * bpe of the group (bpe: its bytes per element, 16 rows' bytes /
+ * dim), where that byte begins a line, so that each line is asked for once. */
+FORCE_INLINE void ahead_at_element(const struct fx_kv_ahead *ahead, int64_t i, int64_t bpe) {
+    int64_t off = i * bpe;
+    if ((off & 63) >= bpe)
+        return;
+#pragma GCC unroll 4
+    for (int g = 0; g < FX_ATTN_RUN / 16; g++)
+        if (off < ahead->bytes[g])
+            __builtin_prefetch(ahead->at[g] + off, 0, 3);
+}
 
 /* s[q][16 b ..] = the scores of QG queries (qt + q, rows of n_pad floats) for NB blocks of 16
  * keys (key tiles tile[0 .. NB - 1] in form F): NB x QG chains of fused multiply-adds over the
- * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches a's share of the next run every
- * AHEAD_ELEMS elements. */
+ * elements in order. s: rows of FX_ATTN_RUN floats. Prefetches the rows of pre (NULL for none)
+ * as it goes (ahead_at_element). */
 FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
-                              int64_t dim, const struct fx_avx512_ahead *a, const int QG,
-                              const int NB, const enum fx_avx512_kt_form F) {
+                              int64_t dim, const struct ahead_rows *pre, const int QG, const int NB,
+                              const enum fx_avx512_kt_form F) {
+    const int64_t bpe = pre ? 16 * pre->row / dim : 0;
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int q = 0; q < QG; q++)
@@ -352,8 +393,8 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
             dv[b] =
                 F == FX_KT_Q8 ? fp16x16(tile[b] + dim * 16 + i0 / FX_QK * 32) : _mm512_setzero_ps();
         for (int64_t i = i0; i < i0 + FX_QK; i++) {
-            if (i % AHEAD_ELEMS == 0)
-                fx_avx512_ahead_part(a, i / AHEAD_ELEMS, dim / AHEAD_ELEMS);
+            if (pre)
+                ahead_at_element(pre->at, i, bpe);
             __m512 k[4];
 #pragma GCC unroll 4
             for (int b = 0; b < NB; b++)
@@ -375,13 +416,13 @@ FORCE_INLINE void scores_keys(float *s, const float *qt, int64_t n_pad, const ui
 }
 
 typedef void (*scores_keys_fn)(float *s, const float *qt, int64_t n_pad, const uint8_t *const *tile,
-                               int64_t dim, const struct fx_avx512_ahead *a);
+                               int64_t dim, const struct ahead_rows *pre);
 
 #define SCORES_KEYS(NAME, QG, NB, F)                                                               \
     NOINLINE void NAME##_q##QG##_b##NB(float *s, const float *qt, int64_t n_pad,                   \
                                        const uint8_t *const *tile, int64_t dim,                    \
-                                       const struct fx_avx512_ahead *a) {                          \
-        scores_keys(s, qt, n_pad, tile, dim, a, QG, NB, F);                                        \
+                                       const struct ahead_rows *pre) {                             \
+        scores_keys(s, qt, n_pad, tile, dim, pre, QG, NB, F);                                      \
     }
 #define SCORES_KEYS_NB(NAME, QG, F)                                                                \
     SCORES_KEYS(NAME, QG, 1, F)                                                                    \
@@ -410,17 +451,19 @@ static const scores_keys_fn scores_keys_by[3][4][4] = {
  * Weight p[j][o] at st->p + j * pj + o * po. */
 static void values_range(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          int64_t v0, int64_t end, int64_t pj, int64_t po,
-                         const struct fx_kv_run *values) {
+                         const struct fx_kv_run *values, const struct ahead_rows *pre) {
+    /* up to 3 outputs: tiles of 128 elements where the rows hold whole ones */
+    const int wide = end - v0 <= 3 && st->dim_v % 128 == 0;
     const values_fn *by_nq = values_by[values->type == FX_TYPE_F32   ? 0
                                        : values->type == FX_TYPE_F16 ? 1
-                                                                     : 2];
-    for (int64_t e0 = 0; e0 < st->dim_v; e0 += 64)
+                                                                     : 2][wide];
+    for (int64_t e0 = 0; e0 < st->dim_v; e0 += wide ? 128 : 64)
         for (int64_t o0 = v0; o0 < end; o0 += 6) {
             int64_t nq = end - o0 < 6 ? end - o0 : 6, j0, j1;
             span(st, first, last, o0, o0 + nq, &j0, &j1);
             if (j0 <= j1)
                 by_nq[nq](st->acc + o0 * st->dim_v + e0, st->dim_v, st->c + o0, st->p + o0 * po, pj,
-                          po, values, e0, j0, j1);
+                          po, values, o0 == v0 ? pre : NULL, e0, j0, j1);
         }
 }
 
@@ -435,14 +478,25 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         return;
     /* Scores of blocks b0 .. b1 of 16 keys, [o][FX_ATTN_RUN] in p (which holds 16 x 64), from
      * the cache's key tiles, or from rows transposed into st->kt (which then prefetches the next
-     * run; the scores of tiles do). */
+     * run's keys and values). Reading tiles, the scores ask for this run's value rows and the
+     * values for the next run's keys: half a run ahead, what was asked for is still in L1 when it
+     * is read, where a whole run ahead (with head size 128 and f16, a run's keys and values and
+     * the next run's are 64 KiB, against 48 of L1) the scores stalled on the loads of keys that
+     * had been asked for. */
     int64_t b0 = j0 / 16, b1 = j1 / 16;
     const uint8_t *tile[FX_ATTN_RUN / 16];
-    struct fx_avx512_ahead ahead = {{&keys->next, &values->next}, 0, 0};
+    struct fx_kv_ahead values_now = {0};
+    const struct ahead_rows values_ahead = {&values_now, (int64_t)values->stride},
+                            keys_ahead = {&keys->next, (int64_t)keys->stride};
+    const struct ahead_rows *scores_ask = NULL, *values_ask = NULL;
     if (keys->tiled) {
-        for (int64_t b = b0; b <= b1; b++)
+        for (int64_t b = b0; b <= b1; b++) {
+            int64_t rows = j1 + 1 - 16 * b < 16 ? j1 + 1 - 16 * b : 16;
             tile[b - b0] = keys->grp[b];
-        ahead.g1 = FX_ATTN_RUN / 16;
+            values_now.at[b] = values->grp[b];
+            values_now.bytes[b] = (uint32_t)(rows * (int64_t)values->stride);
+        }
+        scores_ask = &values_ahead, values_ask = &keys_ahead;
     } else {
         fx_avx512_attn_keys_t(st->kt, keys, values, dim, b0, b1, j1);
         for (int64_t b = b0; b <= b1; b++)
@@ -454,8 +508,8 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
     for (int64_t o0 = 0; o0 < n_q; o0 += 4) {
         int64_t qg = n_q - o0 < 4 ? n_q - o0 : 4;
         scores_keys_by[form][qg - 1][b1 - b0](st->p + o0 * FX_ATTN_RUN + 16 * b0, st->qt + o0,
-                                              st->n_pad, tile, dim, &ahead);
-        ahead.g1 = 0; /* the first queries' pass prefetched it */
+                                              st->n_pad, tile, dim, scores_ask);
+        scores_ask = NULL; /* the first queries' pass asked for them */
     }
     /* Masked scores and each query's maximum, then the weights and their sums. */
     float run_max[16], sums[16], m_sub[16];
@@ -490,7 +544,7 @@ static void run_key_lanes(struct fx_attn_state *st, const int32_t *first, const 
         sums[o] = sum_partials16(part);
     }
     fold16(st, 0, m_old, m_new, m_subv, _mm512_loadu_ps(sums));
-    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values);
+    values_range(st, first, last, 0, n_q, 1, FX_ATTN_RUN, values, values_ask);
 }
 
 /* Keys for query lanes: f32 rows in place when the run's groups lie one after another at one
@@ -566,5 +620,5 @@ void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const in
     const struct fx_kv_run *value_rows = values_f32(st, values, n_keys, &converted);
     for (int64_t v0 = 0; v0 < st->n_q; v0 += 16)
         values_range(st, first, last, v0, v0 + 16 < st->n_q ? v0 + 16 : st->n_q, st->n_pad, 1,
-                     value_rows);
+                     value_rows, NULL);
 }

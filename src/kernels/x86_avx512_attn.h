@@ -22,9 +22,10 @@ static inline int64_t fx_avx512_tile_bytes(enum fx_type t, int64_t dim) {
 }
 
 /* The next run's groups g0 .. g1 - 1 of keys and values (fx_kv_run.next), prefetched while a
- * block of keys is transposed or scored, a share at each of the block's `parts` steps: spread
- * between the shuffles the lines arrive while the core works, where a burst of a whole run's lines
- * (some 270 with head size 128 and q8_0, 500 with f16) would stall it until most of them came. */
+ * block of key rows is transposed, a share at each of the block's `parts` steps: spread between
+ * the shuffles the lines arrive while the core works, where a burst of a whole run's lines (some
+ * 270 with head size 128 and q8_0, 500 with f16) would stall it until most of them came. (Runs
+ * read from the cache's key tiles ask for rows half a run ahead instead: x86_avx512_attn.c.) */
 struct fx_avx512_ahead {
     const struct fx_kv_ahead *kv[2];
     int g0, g1;
