@@ -27,6 +27,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "decoder/decoder.h"
 
 /* ggml's softplus: linear above 20, where log(1 + e^x) rounds to x. */
@@ -157,7 +158,8 @@ static void group_rows(const struct fx_chunk *c, const struct fx_layer *l, int64
     for (int64_t hv = hk; hv < n_hv; hv += n_hk) {
         head_rows(c, l, hv, conv_dim, work);
         if (quantize_y)
-            fx_dec_quantize_cols(ctx, ctx->s.ry, 0, c->n, d * n_hv, hv * d, (hv + 1) * d, 1, out);
+            fx_dec_quantize_cols(ctx, &ctx->s.act, ctx->s.ry, 0, c->n, d * n_hv, hv * d,
+                                 (hv + 1) * d, 1, out);
     }
 }
 
@@ -172,9 +174,10 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
 
     const struct fx_mat *in[4] = {&l->ssm_qkv, &l->ssm_z, &l->ssm_beta, &l->ssm_alpha};
     float *in_out[4] = {s->rqkv, s->rz, s->rbeta, s->rg};
-    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 4, in);
+    FX_ASSERT(!c->rows->own); /* the block reads and writes the shared rows */
+    fx_dec_norm_input_on_worker(w, ctx, c->rows, s->xn, s->x, l->attn_norm, n, dim, 4, in);
     fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
-    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 4, in, in_out);
+    fx_dec_matmuls_on_worker(w, ctx, &s->act, s->xn, n, dim, 4, in, in_out);
 
     /* The K-head groups are independent; each worker claims whole groups, and quantizes its
      * heads' blocks of y for the output projection when the heads are whole blocks of its
@@ -193,11 +196,10 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
     int64_t b, e;
     fx_dec_own_rows(w, n, &b, &e);
     if (!quantize_y) {
-        fx_dec_quantize_rows(ctx, s->ry, b, e, value_dim, 1, out);
+        fx_dec_quantize_rows(ctx, &s->act, s->ry, b, e, value_dim, 1, out);
         fx_par_barrier(w);
     }
-    fx_dec_matmuls_on_worker(w, ctx, s->ry, n, value_dim, 1, out, out_out);
-    for (int64_t i = b; i < e; i++)
-        ctx->k->add(s->x + i * dim, s->x + i * dim, s->h + i * dim, dim);
+    fx_dec_matmuls_on_worker(w, ctx, &s->act, s->ry, n, value_dim, 1, out, out_out);
+    fx_dec_add_output_rows(ctx, c->rows, NULL, NULL, b, e);
     fx_dec_dump(w, c, "ffn_inp", il, s->x, n, dim);
 }
