@@ -361,8 +361,10 @@ static void call_on_worker(const struct fx_worker *w, const struct fx_fwd *f) {
             continue;
         }
         output_on_worker(w, &c);
-        /* The next chunk overwrites the scratch every worker may still be reading. */
-        fx_par_barrier(w);
+        /* The next chunk, or the call after this one, overwrites the scratch every worker may
+         * still be reading. After the last, the end of the run orders everything. */
+        if (row0 + c.n < f->n || f->then)
+            fx_par_barrier(w);
     }
 }
 
