@@ -132,12 +132,11 @@ static void set_act(uint8_t *base, const struct act_layout *o, struct fx_act_buf
 }
 
 /* Rows a step may have for its workers to keep their own (struct fx_rows): a decode step, or
- * one of 16 sequences. The blocks that work on own rows are the attention and the dense FFN. */
+ * one of 16 sequences. Every block but the MoE block works on own rows. */
 #define OWN_ROWS_MAX 16
 
 static int32_t own_rows(const struct fx_context *ctx, int n_threads) {
-    const struct fx_hparams *hp = &ctx->model->hp;
-    if (n_threads < 2 || hp->n_expert > 0 || hp->n_layer_rec > 0)
+    if (n_threads < 2 || ctx->model->hp.n_expert > 0)
         return 0;
     return ctx->n_batch < OWN_ROWS_MAX ? ctx->n_batch : OWN_ROWS_MAX;
 }

@@ -100,8 +100,8 @@ struct fx_scratch {
                          * one sequence, at most FX_ATT_BLOCK_ROWS), then n */
     struct fx_act_bufs act; /* [n_hidden_rows] activation rows */
     /* [n_threads] each worker's own copy of the row-wise state of a step of at most
-     * own_rows rows (struct fx_rows), or NULL (one worker; mixtures of experts and Gated
-     * DeltaNet layers, whose blocks share their rows). */
+     * own_rows rows (struct fx_rows), or NULL (one worker; mixtures of experts, whose block
+     * shares its rows). */
     struct fx_rows *own;
     /* Mixture of experts. */
     float *router;        /* [n_batch][n_expert] router logits */
@@ -258,7 +258,7 @@ void fx_fwd_finish(const struct fx_fwd *f);
 
 /* ---- blocks: the chunk's rows->x holds the residual stream in and out; each block leaves x's
  * rows complete for the workers that compute them (fx_dec_rows_range), not for every worker.
- * The MoE and Gated DeltaNet blocks run on shared rows only. ---- */
+ * The MoE block runs on shared rows only. ---- */
 
 void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
