@@ -277,7 +277,7 @@ FX_TEST(decoder_multi_seq_blocks_sharing_a_sequence_match_each_alone) {
     static const char *const files[] = {
         "models/llama-tiny.Q4_K.gguf", "models/qwen3-tiny.Q4_K_M.gguf",
         "models/qwen2-tiny.F32.gguf", "models/gemma2-tiny.F32.gguf"};
-    enum { NA = 6 + 40 + 1, NB = 6 + 1 + 1, MAXN = 41 };
+    enum { NA = 4 + 40 + 1, NB = 4 + 1 + 1, MAXN = 41 };
     static float ref_a[NA * NV], ref_b[NB * NV], got[MAXN * NV];
     fx_token ta[NA], tb[NB];
     tokens(ta, NA, 71);
@@ -293,27 +293,26 @@ FX_TEST(decoder_multi_seq_blocks_sharing_a_sequence_match_each_alone) {
             struct fx_context *pc = context(m, 64, 512, threads, kv, true);
             struct fx_kv_pool *pl = pool(m, 8, 16, kv);
             fx_seq_id a = new_seq(pl), b = new_seq(pl);
-            /* Rows of each step: (sequence, its first position, rows), in order. The first step
-             * alternates a and b row by row. */
+            /* The first step alternates a and b row by row (8 rows: few enough for own rows). */
             fx_token tok[MAXN];
             int32_t pos[MAXN];
             fx_seq_id seq[MAXN];
             const float *want[MAXN];
             int n = 0;
-            for (int i = 0; i < 6; i++) {
+            for (int i = 0; i < 4; i++) {
                 tok[n] = ta[i], pos[n] = i, seq[n] = a, want[n++] = ref_a + i * NV;
                 tok[n] = tb[i], pos[n] = i, seq[n] = b, want[n++] = ref_b + i * NV;
             }
             for (int step = 0; step < 3; step++) {
                 if (step == 1) { /* b's one row, then 40 of a: two blocks of a */
                     n = 0;
-                    tok[n] = tb[6], pos[n] = 6, seq[n] = b, want[n++] = ref_b + 6 * NV;
-                    for (int i = 6; i < 46; i++)
+                    tok[n] = tb[4], pos[n] = 4, seq[n] = b, want[n++] = ref_b + 4 * NV;
+                    for (int i = 4; i < 44; i++)
                         tok[n] = ta[i], pos[n] = i, seq[n] = a, want[n++] = ref_a + i * NV;
                 } else if (step == 2) { /* one row of each */
                     n = 0;
-                    tok[n] = ta[46], pos[n] = 46, seq[n] = a, want[n++] = ref_a + 46 * NV;
-                    tok[n] = tb[7], pos[n] = 7, seq[n] = b, want[n++] = ref_b + 7 * NV;
+                    tok[n] = ta[44], pos[n] = 44, seq[n] = a, want[n++] = ref_a + 44 * NV;
+                    tok[n] = tb[5], pos[n] = 5, seq[n] = b, want[n++] = ref_b + 5 * NV;
                 }
                 struct fx_batch bt = {.n = n, .token = tok, .pos = pos, .seq = seq};
                 FX_TEST_OK(fx_forward_multi_seq(pc, pl, &bt, got, &e_));
