@@ -267,6 +267,68 @@ FX_TEST(decoder_multi_seq_matches_each_alone) {
     }
 }
 
+/* Steps whose attention blocks are not one per sequence: rows of two sequences interleaved (each
+ * sequence's rows in several blocks, a later row reading keys an earlier block's row stores), and
+ * one sequence's rows over two blocks beside another's. A step of one row per sequence follows.
+ * Every row's logits must be its sequence's alone (the keys a block reads are stored before any
+ * block attends), on one worker and on three (where a step of few rows keeps each worker's own
+ * copy of the rows): dense architectures with Q/K norms, QKV biases and post-norms. */
+FX_TEST(decoder_multi_seq_blocks_sharing_a_sequence_match_each_alone) {
+    static const char *const files[] = {
+        "models/llama-tiny.Q4_K.gguf", "models/qwen3-tiny.Q4_K_M.gguf",
+        "models/qwen2-tiny.F32.gguf", "models/gemma2-tiny.F32.gguf"};
+    enum { NA = 4 + 40 + 1, NB = 4 + 1 + 1, MAXN = 41 };
+    static float ref_a[NA * NV], ref_b[NB * NV], got[MAXN * NV];
+    fx_token ta[NA], tb[NB];
+    tokens(ta, NA, 71);
+    tokens(tb, NB, 72);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        struct fx_model *m = fx_test_load_model(files[f]);
+        const enum fx_type *kv = KV_TYPES[f % 3];
+        struct fx_context *cc = context(m, 64, 512, 1, kv, false);
+        FX_TEST_OK(fx_forward_batch(cc, ta, NA, 0, ref_a, &e_));
+        FX_TEST_OK(fx_forward_batch(cc, tb, NB, 0, ref_b, &e_));
+        fx_context_free(cc);
+        for (int threads = 1; threads <= 3; threads += 2) {
+            struct fx_context *pc = context(m, 64, 512, threads, kv, true);
+            struct fx_kv_pool *pl = pool(m, 8, 16, kv);
+            fx_seq_id a = new_seq(pl), b = new_seq(pl);
+            /* The first step alternates a and b row by row (8 rows: few enough for own rows). */
+            fx_token tok[MAXN];
+            int32_t pos[MAXN];
+            fx_seq_id seq[MAXN];
+            const float *want[MAXN];
+            int n = 0;
+            for (int i = 0; i < 4; i++) {
+                tok[n] = ta[i], pos[n] = i, seq[n] = a, want[n++] = ref_a + i * NV;
+                tok[n] = tb[i], pos[n] = i, seq[n] = b, want[n++] = ref_b + i * NV;
+            }
+            for (int step = 0; step < 3; step++) {
+                if (step == 1) { /* b's one row, then 40 of a: two blocks of a */
+                    n = 0;
+                    tok[n] = tb[4], pos[n] = 4, seq[n] = b, want[n++] = ref_b + 4 * NV;
+                    for (int i = 4; i < 44; i++)
+                        tok[n] = ta[i], pos[n] = i, seq[n] = a, want[n++] = ref_a + i * NV;
+                } else if (step == 2) { /* one row of each */
+                    n = 0;
+                    tok[n] = ta[44], pos[n] = 44, seq[n] = a, want[n++] = ref_a + 44 * NV;
+                    tok[n] = tb[5], pos[n] = 5, seq[n] = b, want[n++] = ref_b + 5 * NV;
+                }
+                struct fx_batch bt = {.n = n, .token = tok, .pos = pos, .seq = seq};
+                FX_TEST_OK(fx_forward_multi_seq(pc, pl, &bt, got, &e_));
+                for (int i = 0; i < n; i++)
+                    if (memcmp(got + i * NV, want[i], sizeof(float) * NV) != 0)
+                        fail_msg("%s, %d threads, step %d: row %d (sequence %d, position %d) "
+                                 "differs from the sequence alone",
+                                 files[f], threads, step, i, seq[i], pos[i]);
+            }
+            fx_kv_pool_free(pl);
+            fx_context_free(pc);
+        }
+        fx_model_free(m);
+    }
+}
+
 /* ---- the prefix cache ---------------------------------------------------------------------- */
 
 FX_TEST(decoder_prefix_cache_continues_bit_identically) {

@@ -18,41 +18,41 @@
 
 #include "decoder/decoder.h"
 
-/* Biases, Q/K norms, rope, and the store of K and V, for this worker's share of rows. */
-static void prepare_qkv_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
+/* Biases, Q/K norms, rope, and the store of K and V, for rows [i0, i1) and KV heads [g0, g1)
+ * with the query heads that share them. Each operation is elementwise or acts on one head of one
+ * row, so any split of the rows and heads gives the same bits. */
+static void prepare_qkv(const struct fx_chunk *c, int il, int64_t i0, int64_t i1, int g0, int g1) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
-    int64_t hd = hp->head_dim;
-    int64_t q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd;
-    int64_t v_dim = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
+    int64_t q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd, v_dim = hp->n_head_kv * hd_v;
+    int group = hp->n_head / hp->n_head_kv, h0 = g0 * group, h1 = g1 * group;
     const float *rope = ctx->s.rope[l->swa ? 1 : 0];
-    int64_t b, e;
-    fx_par_range(c->n, w->ith, w->nth, 1, &b, &e);
-    for (int64_t i = b; i < e; i++) {
+    for (int64_t i = i0; i < i1; i++) {
         float *q = ctx->s.q + i * q_dim, *kr = ctx->s.k + i * k_dim, *v = ctx->s.v + i * v_dim;
         if (l->attn_out_gate) /* head h of qg's row is [q | gate] */
-            for (int h = 0; h < hp->n_head; h++)
+            for (int h = h0; h < h1; h++)
                 memcpy(q + h * hd, ctx->s.qg + i * 2 * q_dim + h * 2 * hd,
                        (size_t)hd * sizeof(float));
         if (l->bq) {
-            k->add(q, q, l->bq, q_dim);
-            k->add(kr, kr, l->bk, k_dim);
-            k->add(v, v, l->bv, v_dim);
+            k->add(q + h0 * hd, q + h0 * hd, l->bq + h0 * hd, (h1 - h0) * hd);
+            k->add(kr + g0 * hd, kr + g0 * hd, l->bk + g0 * hd, (g1 - g0) * hd);
+            k->add(v + g0 * hd_v, v + g0 * hd_v, l->bv + g0 * hd_v, (g1 - g0) * hd_v);
         }
         if (l->q_norm) {
-            for (int h = 0; h < hp->n_head; h++)
+            for (int h = h0; h < h1; h++)
                 k->rms_norm(q + h * hd, q + h * hd, l->q_norm, hd, hp->rms_eps);
-            for (int h = 0; h < hp->n_head_kv; h++)
-                k->rms_norm(kr + h * hd, kr + h * hd, l->k_norm, hd, hp->rms_eps);
+            for (int g = g0; g < g1; g++)
+                k->rms_norm(kr + g * hd, kr + g * hd, l->k_norm, hd, hp->rms_eps);
         }
         int32_t pos = fx_kv_step_pos(&c->kv, i);
         const float *cs = rope + (int64_t)pos * hp->rope.n_rot;
-        k->rope(q, hp->n_head, hd, hp->rope.n_rot, hp->rope.kind, cs);
-        k->rope(kr, hp->n_head_kv, hd, hp->rope.n_rot, hp->rope.kind, cs);
-        for (int g = 0; g < hp->n_head_kv; g++)
-            fx_kv_step_store(&c->kv, k, l->kv_il, i, g, kr + g * hd, v + g * hp->head_dim_v);
+        k->rope(q + h0 * hd, h1 - h0, hd, hp->rope.n_rot, hp->rope.kind, cs);
+        k->rope(kr + g0 * hd, g1 - g0, hd, hp->rope.n_rot, hp->rope.kind, cs);
+        for (int g = g0; g < g1; g++)
+            fx_kv_step_store(&c->kv, k, l->kv_il, i, g, kr + g * hd, v + g * hd_v);
     }
 }
 
@@ -167,10 +167,12 @@ static void first_run_ahead(const struct fx_context *ctx, const struct fx_chunk 
 #define HOLD_MAX_RUNS 4
 
 /* This worker's share of the (block of rows, KV head) pairs, claimed dynamically (a worker the
- * machine slows down takes fewer). While it works on a short block, a worker holds its next
- * ticket, so that the next block's first keys and values are on their way from memory when it
- * starts: with many sequences of short depth (a decode step of 16), a block is two or three
- * runs, and its first run's wait was the kernel's largest. */
+ * machine slows down takes fewer), each prepared first when the chunk allows
+ * (prepare_in_attention). While it works on a short block, a worker holds its next ticket, so
+ * that the next block's first keys and values are on their way from memory when it starts: with
+ * many sequences of short depth (a decode step of 16), a block is two or three runs, and its
+ * first run's wait was the kernel's largest. (When the next block is prepared in the attention,
+ * its newest key is stored after that request, by the same worker: a prefetch is only a hint.) */
 static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
     const struct fx_context *ctx = c->f->ctx;
     const struct fx_hparams *hp = &ctx->model->hp;
@@ -180,6 +182,8 @@ static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     int64_t claimed;
     for (bool more = fx_par_claim(w, n_items, &claimed); more;) {
         struct attn_item it = attn_item(ctx, n_items, claimed);
+        if (c->prepare_in_attention)
+            prepare_qkv(c, il, it.i0, it.i0 + it.n, it.g, it.g + 1);
         struct block_keys bk;
         block_keys(ctx, c, il, it.i0, it.n, &bk);
         if (bk.pos_max / FX_ATTN_RUN - bk.lo_min / FX_ATTN_RUN >= HOLD_MAX_RUNS) {
@@ -200,48 +204,51 @@ void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
     const struct fx_scratch *s = &ctx->s;
+    const struct fx_rows *r = c->rows;
     int64_t dim = hp->n_embd, n = c->n;
     int64_t att_dim = (int64_t)hp->n_head * hp->head_dim_v;
 
     const struct fx_mat *qkv[3] = {&l->wq, &l->wk, &l->wv};
     float *qkv_out[3] = {l->attn_out_gate ? s->qg : s->q, s->k, s->v};
-    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 3, qkv);
-    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
-    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 3, qkv, qkv_out);
+    fx_dec_norm_input_on_worker(w, ctx, r, r->xn, r->x, l->attn_norm, n, dim, 3, qkv);
+    fx_dec_dump(w, c, "attn_norm", il, r->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, r->act, r->xn, n, dim, 3, qkv, qkv_out);
 
-    prepare_qkv_on_worker(w, c, il);
+    /* Keys of a sequence are read by every later row of it: when another block may read a row's
+     * keys, all of them are stored before the attention starts. */
+    if (!c->prepare_in_attention) {
+        int64_t b, e;
+        fx_dec_own_rows(w, n, &b, &e);
+        prepare_qkv(c, il, b, e, 0, hp->n_head_kv);
+        fx_par_barrier(w);
+    }
+    attend_on_worker(w, c, il);
     fx_par_barrier(w);
+    /* The attention only reads q, k and v: they are still as prepared. */
     fx_dec_dump(w, c, "q", il, s->q, n, (int64_t)hp->n_head * hp->head_dim);
     fx_dec_dump(w, c, "k", il, s->k, n, (int64_t)hp->n_head_kv * hp->head_dim);
     fx_dec_dump(w, c, "v", il, s->v, n, (int64_t)hp->n_head_kv * hp->head_dim_v);
-
-    attend_on_worker(w, c, il);
-    fx_par_barrier(w);
     fx_dec_dump(w, c, "attn_out", il, s->att, n, att_dim);
 
     /* Heads of one row were written by several workers: gate and quantize after the barrier. */
     const struct fx_mat *wo[1] = {&l->wo};
     float *wo_out[1] = {s->h};
+    const float *att = s->att;
     int64_t b, e;
-    fx_dec_own_rows(w, n, &b, &e);
-    if (l->attn_out_gate)
+    fx_dec_rows_range(w, r, n, &b, &e);
+    if (l->attn_out_gate) {
         for (int64_t i = b; i < e; i++)
             for (int h = 0; h < hp->n_head; h++) {
-                float *a = s->att + i * att_dim + (int64_t)h * hp->head_dim_v;
+                int64_t at = i * att_dim + (int64_t)h * hp->head_dim_v;
                 const float *gate = s->qg + (i * 2 * hp->n_head + 2 * h + 1) * hp->head_dim;
-                ctx->k->glu[FX_ACT_SIGMOID](a, gate, a, hp->head_dim_v);
+                ctx->k->glu[FX_ACT_SIGMOID](r->att + at, gate, s->att + at, hp->head_dim_v);
             }
-    fx_dec_quantize_rows(ctx, s->att, b, e, att_dim, 1, wo);
-    fx_par_barrier(w);
-    fx_dec_matmuls_on_worker(w, ctx, s->att, n, att_dim, 1, wo, wo_out);
-
-    for (int64_t i = b; i < e; i++) {
-        float *h = s->h + i * dim;
-        if (l->bo)
-            ctx->k->add(h, h, l->bo, dim);
-        if (l->post_attn_norm)
-            ctx->k->rms_norm(h, h, l->post_attn_norm, dim, hp->rms_eps);
-        ctx->k->add(s->x + i * dim, s->x + i * dim, h, dim);
+        att = r->att;
     }
-    fx_dec_dump(w, c, "ffn_inp", il, s->x, n, dim);
+    fx_dec_quantize_rows(ctx, r->act, att, b, e, att_dim, 1, wo);
+    fx_dec_rows_done(w, r);
+    fx_dec_matmuls_on_worker(w, ctx, r->act, att, n, att_dim, 1, wo, wo_out);
+
+    fx_dec_add_output_rows(ctx, r, l->bo, l->post_attn_norm, b, e);
+    fx_dec_dump(w, c, "ffn_inp", il, r->x, n, dim);
 }

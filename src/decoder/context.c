@@ -80,22 +80,76 @@ static void note_input(const struct fx_kernels *k, const struct fx_mat *w, uint6
         widest_w[w->type] = (uint64_t)w->ne0;
 }
 
+/* Offsets of activation rows (struct fx_act_bufs); UINT64_MAX for none. */
+struct act_layout {
+    uint64_t rows[FX_TYPE_COUNT], meta[FX_TYPE_COUNT];
+};
+
+/* Offsets of one worker's own rows (struct fx_rows) from the start of its part of the arena. */
+struct own_layout {
+    uint64_t x, xn, h, hid;
+    struct act_layout act;
+};
+
 /* Offsets of every buffer in the arena, in the order they are planned. */
 struct layout {
     uint64_t x, xn, q, k, v, att, h, qg, gate, up, attn_state, kv_tile, att_start;
-    uint64_t act[FX_TYPE_COUNT];
+    struct act_layout act;
     uint64_t rqkv, rconv, rz, rbeta, rg, rwork, ry, shexp, mtp_in;
-    uint64_t act_meta[FX_TYPE_COUNT];
     uint64_t router, sel, sel_w, slot, slot_row, slot_expert, expert_off, xg, yg, rope[2];
     uint64_t router_next, xused, xslots, xreads, xpred, xstep;
+    uint64_t own_rows; /* [n_threads] struct fx_rows */
+    uint64_t own_acts; /* [n_threads] struct fx_act_bufs */
+    uint64_t own;      /* [n_threads][own_bytes] each worker's own rows, laid out by own_layout */
+    uint64_t own_bytes;
+    struct own_layout own_at;
 };
+
+/* Activation rows for `rows` rows: a buffer per format in use, wide enough for the widest input
+ * of any matrix dotted in that format (widest), and a metadata buffer per weight format that
+ * reads some, wide enough for its widest input (widest_w). */
+static void plan_act(struct plan *p, uint64_t rows, const uint64_t *widest,
+                     const uint64_t *widest_w, struct act_layout *o) {
+    for (int t = 0; t < FX_TYPE_COUNT; t++) {
+        uint64_t row = 0;
+        o->rows[t] = UINT64_MAX;
+        o->meta[t] = UINT64_MAX;
+        if (widest_w[t] != 0)
+            o->meta[t] = reserve(p, rows, fx_act_meta_bytes((int64_t)widest_w[t]));
+        if (t == FX_TYPE_F32 || widest[t] == 0)
+            continue;
+        if (!fx_type_row_bytes((enum fx_type)t, (int64_t)widest[t], &row))
+            p->overflow = true;
+        o->rows[t] = reserve(p, rows, row);
+    }
+}
+
+static void set_act(uint8_t *base, const struct act_layout *o, struct fx_act_bufs *a) {
+    for (int t = 0; t < FX_TYPE_COUNT; t++) {
+        a->rows[t] = o->rows[t] == UINT64_MAX ? NULL : base + o->rows[t];
+        a->meta[t] = o->meta[t] == UINT64_MAX ? NULL : base + o->meta[t];
+    }
+}
+
+/* Rows a step may have for its workers to keep their own (struct fx_rows): a decode step, or one
+ * of up to 8 sequences. Every worker then does all the rows' row-wise work, which grows with the
+ * rows, to save barriers, whose cost does not: on 2 workers, 8 rows (`--parallel 8`) spent 1.8%
+ * more of their samples on norms, SwiGLU and quantization and 7.6% less waiting; 16 rows 4%
+ * more and 3.8% less (docs/PERFORMANCE.md). Every block but the MoE block works on own rows. */
+#define OWN_ROWS_MAX 8
+
+static int32_t own_rows(const struct fx_context *ctx, int n_threads) {
+    if (n_threads < 2 || ctx->model->hp.n_expert > 0)
+        return 0;
+    return ctx->n_batch < OWN_ROWS_MAX ? ctx->n_batch : OWN_ROWS_MAX;
+}
 
 static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_swa_differs,
                         struct plan *p, struct layout *o) {
     const struct fx_model *m = ctx->model;
     const struct fx_hparams *hp = &m->hp;
     uint64_t nb = (uint64_t)ctx->n_batch, nf = (uint64_t)ctx->n_ffn_rows;
-    uint64_t e = (uint64_t)hp->n_embd, f4 = sizeof(float);
+    uint64_t e = (uint64_t)hp->n_embd, f4 = sizeof(float), nt = (uint64_t)n_threads;
     uint64_t q_dim = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
     uint64_t k_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     uint64_t v_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v;
@@ -138,9 +192,6 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
     o->kv_tile = reserve(p, (uint64_t)n_threads * 2 * FX_ATTN_RUN * (uint64_t)ctx->kv_tile_dim, f4);
     o->att_start = reserve(p, nb + 1, sizeof(int32_t));
 
-    /* An activation buffer per format in use, wide enough for the widest input of any matrix
-     * dotted in that format, and a metadata buffer per weight format that reads some, wide
-     * enough for its widest input. */
     uint64_t widest[FX_TYPE_COUNT] = {0}, widest_w[FX_TYPE_COUNT] = {0};
     const struct fx_mat *mats[24];
     for (int il = 0; il < hp->n_layer + hp->n_nextn; il++) {
@@ -153,18 +204,22 @@ static void plan_layout(const struct fx_context *ctx, int n_threads, bool rope_s
         note_input(ctx->k, &m->mtp[i].eh_proj, widest, widest_w);
         note_input(ctx->k, &m->mtp[i].head, widest, widest_w);
     }
-    for (int t = 0; t < FX_TYPE_COUNT; t++) {
-        uint64_t row = 0;
-        o->act[t] = UINT64_MAX;
-        o->act_meta[t] = UINT64_MAX;
-        if (widest_w[t] != 0)
-            o->act_meta[t] = reserve(p, nh, fx_act_meta_bytes((int64_t)widest_w[t]));
-        if (t == FX_TYPE_F32 || widest[t] == 0)
-            continue;
-        if (!fx_type_row_bytes((enum fx_type)t, (int64_t)widest[t], &row))
-            p->overflow = true;
-        o->act[t] = reserve(p, nh, row);
-    }
+    plan_act(p, nh, widest, widest_w, &o->act);
+
+    /* Each worker's own rows, planned once as offsets within a part of the arena of own_bytes
+     * (whole cache lines, so that no two workers write one line). */
+    uint64_t nown = (uint64_t)ctx->own_rows;
+    struct plan own = {0};
+    o->own_at.x = reserve(&own, nown * e, f4);
+    o->own_at.xn = reserve(&own, nown * e, f4);
+    o->own_at.h = reserve(&own, nown * e, f4);
+    o->own_at.hid = reserve(&own, nown * (ff > att_dim ? ff : att_dim), f4);
+    plan_act(&own, nown, widest, widest_w, &o->own_at.act);
+    p->overflow =
+        p->overflow || own.overflow || fx_align_up_u64(own.size, ARENA_ALIGN, &o->own_bytes);
+    o->own_rows = reserve(p, nown ? nt : 0, sizeof(struct fx_rows));
+    o->own_acts = reserve(p, nown ? nt : 0, sizeof(struct fx_act_bufs));
+    o->own = reserve(p, nown ? nt : 0, o->own_bytes);
 
     uint64_t n_exp = (uint64_t)hp->n_expert, k_used = (uint64_t)hp->n_expert_used;
     o->router = reserve(p, nb * n_exp, f4);
@@ -279,6 +334,7 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
                        hp->rope.freq_scale_swa != hp->rope.freq_scale;
     struct plan plan = {0};
     struct layout o;
+    ctx->own_rows = own_rows(ctx, fx_pool_size(ctx->pool));
     plan_layout(ctx, fx_pool_size(ctx->pool), swa_differs, &plan, &o);
     if (plan.overflow || plan.size > SIZE_MAX - ARENA_ALIGN) {
         st = fx_error_set(err, FX_ERR_CAPACITY, FX_NO_OFFSET,
@@ -320,9 +376,21 @@ fx_status fx_context_create(const struct fx_model *m, const struct fx_context_pa
     s->attn_state = (float *)(base + o.attn_state);
     s->kv_tile = (float *)(base + o.kv_tile);
     s->att_start = (int32_t *)(base + o.att_start);
-    for (int t = 0; t < FX_TYPE_COUNT; t++) {
-        s->act[t] = o.act[t] == UINT64_MAX ? NULL : base + o.act[t];
-        s->act_meta[t] = o.act_meta[t] == UINT64_MAX ? NULL : base + o.act_meta[t];
+    set_act(base, &o.act, &s->act);
+    if (ctx->own_rows > 0) {
+        s->own = (struct fx_rows *)(base + o.own_rows);
+        for (int i = 0; i < fx_pool_size(ctx->pool); i++) {
+            uint8_t *at = base + o.own + (uint64_t)i * o.own_bytes;
+            struct fx_act_bufs *act = (struct fx_act_bufs *)(base + o.own_acts) + i;
+            set_act(at, &o.own_at.act, act);
+            s->own[i] = (struct fx_rows){.own = true,
+                                         .x = (float *)(at + o.own_at.x),
+                                         .xn = (float *)(at + o.own_at.xn),
+                                         .h = (float *)(at + o.own_at.h),
+                                         .hid = (float *)(at + o.own_at.hid),
+                                         .att = (float *)(at + o.own_at.hid),
+                                         .act = act};
+        }
     }
     s->router = (float *)(base + o.router);
     s->sel = (int32_t *)(base + o.sel);

@@ -17,9 +17,9 @@ static uint64_t act_row_bytes(enum fx_type type, int64_t n_in) {
     return bytes;
 }
 
-void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
-                          int64_t n_in, int64_t c0, int64_t c1, int nw,
-                          const struct fx_mat *const *ws) {
+void fx_dec_quantize_cols(const struct fx_context *ctx, const struct fx_act_bufs *a,
+                          const float *src, int64_t r0, int64_t r1, int64_t n_in, int64_t c0,
+                          int64_t c1, int nw, const struct fx_mat *const *ws) {
     const struct fx_kernels *k = ctx->k;
     uint64_t done = 0; /* bit t: rows already quantized to type t */
     for (int i = 0; i < nw; i++) {
@@ -29,8 +29,8 @@ void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_
         done |= 1ull << t;
         uint64_t stride = act_row_bytes(t, n_in), skip = act_row_bytes(t, c0);
         for (int64_t r = r0; r < r1; r++)
-            k->types[t].quantize_act(src + r * n_in + c0,
-                                     (uint8_t *)ctx->s.act[t] + r * stride + skip, c1 - c0);
+            k->types[t].quantize_act(src + r * n_in + c0, (uint8_t *)a->rows[t] + r * stride + skip,
+                                     c1 - c0);
     }
     /* The rows' metadata for each weight format that reads some, from the blocks just made. */
     uint64_t meta_done = 0; /* bit t: metadata made for weight format t */
@@ -41,8 +41,8 @@ void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_
         meta_done |= 1ull << wt;
         uint64_t stride = act_row_bytes(t, n_in), skip = act_row_bytes(t, c0);
         for (int64_t r = r0; r < r1; r++)
-            k->types[wt].act_meta((uint8_t *)ctx->s.act[t] + r * stride + skip, c1 - c0,
-                                  (uint8_t *)fx_dec_act_meta(ctx, wt, n_in, r) +
+            k->types[wt].act_meta((uint8_t *)a->rows[t] + r * stride + skip, c1 - c0,
+                                  (uint8_t *)fx_dec_act_meta(a, wt, n_in, r) +
                                       fx_act_meta_bytes(c0));
     }
 }
@@ -58,35 +58,38 @@ bool fx_dec_cols_whole_blocks(const struct fx_context *ctx, int64_t width, int n
     return true;
 }
 
-void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
-                          int64_t n_in, int nw, const struct fx_mat *const *ws) {
-    fx_dec_quantize_cols(ctx, src, r0, r1, n_in, 0, n_in, nw, ws);
+void fx_dec_quantize_rows(const struct fx_context *ctx, const struct fx_act_bufs *a,
+                          const float *src, int64_t r0, int64_t r1, int64_t n_in, int nw,
+                          const struct fx_mat *const *ws) {
+    fx_dec_quantize_cols(ctx, a, src, r0, r1, n_in, 0, n_in, nw, ws);
 }
 
 void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                 float *out, const float *in, const float *weight, int64_t n,
-                                 int64_t dim, int nw, const struct fx_mat *const *ws) {
+                                 const struct fx_rows *r, float *out, const float *in,
+                                 const float *weight, int64_t n, int64_t dim, int nw,
+                                 const struct fx_mat *const *ws) {
     int64_t b, e;
-    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_rows_range(w, r, n, &b, &e);
     for (int64_t i = b; i < e; i++)
         ctx->k->rms_norm(out + i * dim, in + i * dim, weight, dim, ctx->model->hp.rms_eps);
-    fx_dec_quantize_rows(ctx, out, b, e, dim, nw, ws);
-    fx_par_barrier(w);
+    fx_dec_quantize_rows(ctx, r->act, out, b, e, dim, nw, ws);
+    fx_dec_rows_done(w, r);
 }
 
-const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
-                            int64_t n_in, int64_t r, uint64_t *stride) {
+const void *fx_dec_act_rows(const struct fx_context *ctx, const struct fx_act_bufs *a,
+                            enum fx_type w_type, const float *src, int64_t n_in, int64_t r,
+                            uint64_t *stride) {
     enum fx_type t = ctx->k->types[w_type].vec_dot_type;
     if (t == FX_TYPE_F32) {
         *stride = (uint64_t)n_in * sizeof(float);
         return src + r * n_in;
     }
     *stride = act_row_bytes(t, n_in);
-    return (const uint8_t *)ctx->s.act[t] + (uint64_t)r * *stride;
+    return (const uint8_t *)a->rows[t] + (uint64_t)r * *stride;
 }
 
-void *fx_dec_act_meta(const struct fx_context *ctx, enum fx_type w_type, int64_t n_in, int64_t r) {
-    uint8_t *meta = ctx->s.act_meta[w_type];
+void *fx_dec_act_meta(const struct fx_act_bufs *a, enum fx_type w_type, int64_t n_in, int64_t r) {
+    uint8_t *meta = a->meta[w_type];
     return meta ? meta + (uint64_t)r * fx_act_meta_bytes(n_in) : NULL;
 }
 
@@ -99,15 +102,16 @@ void *fx_dec_act_meta(const struct fx_context *ctx, enum fx_type w_type, int64_t
 _Static_assert(PIECE_ROWS % FX_MATMUL_ROW_UNIT == 0, "pieces start on row units");
 
 void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                              const float *src, int64_t n, int64_t n_in, int nw,
-                              const struct fx_mat *const *ws, float *const *outs) {
+                              const struct fx_act_bufs *a, const float *src, int64_t n,
+                              int64_t n_in, int nw, const struct fx_mat *const *ws,
+                              float *const *outs) {
     const void *act[FX_DEC_MAX_MATMULS], *meta[FX_DEC_MAX_MATMULS];
     uint64_t stride[FX_DEC_MAX_MATMULS];
     int64_t pieces[FX_DEC_MAX_MATMULS + 1] = {0}; /* pieces of matrices before i */
     FX_ASSERT(nw <= FX_DEC_MAX_MATMULS);
     for (int i = 0; i < nw; i++) {
-        act[i] = fx_dec_act_rows(ctx, ws[i]->type, src, n_in, 0, &stride[i]);
-        meta[i] = fx_dec_act_meta(ctx, ws[i]->type, n_in, 0);
+        act[i] = fx_dec_act_rows(ctx, a, ws[i]->type, src, n_in, 0, &stride[i]);
+        meta[i] = fx_dec_act_meta(a, ws[i]->type, n_in, 0);
         pieces[i + 1] = pieces[i] + (ws[i]->ne1 + PIECE_ROWS - 1) / PIECE_ROWS;
     }
     if (n > DYNAMIC_MIN_ROWS) {
@@ -127,6 +131,25 @@ void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context
     fx_par_barrier(w);
 }
 
+void fx_dec_add_output_rows(const struct fx_context *ctx, const struct fx_rows *r,
+                            const float *bias, const float *post_norm, int64_t b, int64_t e) {
+    const struct fx_kernels *k = ctx->k;
+    int64_t dim = ctx->model->hp.n_embd;
+    for (int64_t i = b; i < e; i++) {
+        const float *h = ctx->s.h + i * dim;
+        float *ho = r->h + i * dim, *x = r->x + i * dim;
+        if (bias) {
+            k->add(ho, h, bias, dim);
+            h = ho;
+        }
+        if (post_norm) {
+            k->rms_norm(ho, h, post_norm, dim, ctx->model->hp.rms_eps);
+            h = ho;
+        }
+        k->add(x, x, h, dim);
+    }
+}
+
 /* x[i] = embedding of token i, times the architecture's embedding scale. */
 static void embed_on_worker(const struct fx_worker *w, const struct fx_chunk *c) {
     const struct fx_context *ctx = c->f->ctx;
@@ -134,16 +157,16 @@ static void embed_on_worker(const struct fx_worker *w, const struct fx_chunk *c)
     const struct fx_mat *e = &m->tok_embd;
     int64_t dim = m->hp.n_embd;
     int64_t b, end;
-    fx_dec_own_rows(w, c->n, &b, &end);
+    fx_dec_rows_range(w, c->rows, c->n, &b, &end);
     for (int64_t i = b; i < end; i++) {
         fx_token t = c->f->tokens[c->row0 + i];
-        float *x = ctx->s.x + i * dim;
+        float *x = c->rows->x + i * dim;
         ctx->k->types[e->type].to_float((const uint8_t *)e->data + (uint64_t)t * e->row_bytes, x,
                                         dim);
         if (m->hp.embd_scale != 1.0f)
             ctx->k->scale(x, x, m->hp.embd_scale, dim);
     }
-    fx_dec_dump(w, c, "inp_embd", -1, ctx->s.x, c->n, dim);
+    fx_dec_dump(w, c, "inp_embd", -1, c->rows->x, c->n, dim);
 }
 
 /* The MTP head's input rows: x = eh_proj [rms(embedding of the token) * enorm |
@@ -155,6 +178,7 @@ static void mtp_input_on_worker(const struct fx_worker *w, const struct fx_chunk
     const struct fx_mat *e = &x->embed;
     int64_t dim = m->hp.n_embd;
     int64_t b, end;
+    FX_ASSERT(!c->rows->own); /* the projection writes the shared x */
     fx_dec_own_rows(w, c->n, &b, &end);
     for (int64_t i = b; i < end; i++) {
         fx_token t = c->f->tokens[c->row0 + i];
@@ -167,9 +191,9 @@ static void mtp_input_on_worker(const struct fx_worker *w, const struct fx_chunk
     }
     const struct fx_mat *ws[1] = {&x->eh_proj};
     float *outs[1] = {ctx->s.x};
-    fx_dec_quantize_rows(ctx, ctx->s.mtp_in, b, end, 2 * dim, 1, ws);
+    fx_dec_quantize_rows(ctx, &ctx->s.act, ctx->s.mtp_in, b, end, 2 * dim, 1, ws);
     fx_par_barrier(w);
-    fx_dec_matmuls_on_worker(w, ctx, ctx->s.mtp_in, c->n, 2 * dim, 1, ws, outs);
+    fx_dec_matmuls_on_worker(w, ctx, &ctx->s.act, ctx->s.mtp_in, c->n, 2 * dim, 1, ws, outs);
     fx_dec_dump(w, c, "mtp_inp", -1, ctx->s.x, c->n, dim);
 }
 
@@ -191,16 +215,18 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     }
     if (f->logits_rows == FX_LOGITS_NONE && !f->hidden)
         return; /* a call kept for its cache rows only (the MTP head's catch-up) */
-    const float *x = ctx->s.x;
+    const struct fx_rows *rows = c->rows;
+    const float *x = rows->x;
     float *logits = f->logits + c->row0 * n_vocab;
     if (f->logits_rows == FX_LOGITS_LAST) {
         /* A prefill that keeps every row's hidden state (for the MTP head): the rows' norms
-         * here, the last row's logits below as without. */
+         * here, the last row's logits below as without. Each worker copies out its own rows
+         * (shared), or a share of them (own: it has them all). */
         if (f->hidden) {
             int64_t b, e;
-            fx_dec_norm_input_on_worker(w, ctx, ctx->s.xn, x, out_norm, c->n, dim, 0, NULL);
+            fx_dec_norm_input_on_worker(w, ctx, rows, rows->xn, x, out_norm, c->n, dim, 0, NULL);
             fx_dec_own_rows(w, c->n, &b, &e);
-            memcpy(f->hidden + (c->row0 + b) * dim, ctx->s.xn + b * dim,
+            memcpy(f->hidden + (c->row0 + b) * dim, rows->xn + b * dim,
                    (size_t)((e - b) * dim) * sizeof(float));
         }
         if (c->row0 + c->n != f->n)
@@ -210,31 +236,31 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         logits = f->logits;
     }
     /* The rows this region normalises may belong to another worker (the last row alone). */
-    fx_par_barrier(w);
+    fx_dec_rows_done(w, rows);
     if (f->logits_rows == FX_LOGITS_MARKED && f->marked) {
         /* The marked rows, gathered in order into h (free between blocks); their logits follow
          * those of the marked rows of earlier chunks. */
         int64_t before = 0, b, e;
         for (int64_t i = 0; i < c->row0; i++)
             before += f->marked[i] != 0;
-        fx_dec_own_rows(w, c->n, &b, &e);
+        fx_dec_rows_range(w, rows, c->n, &b, &e);
         nr = 0;
         for (int64_t i = 0; i < c->n; i++)
             if (f->marked[c->row0 + i]) {
                 if (i >= b && i < e)
-                    memcpy(ctx->s.h + nr * dim, x + i * dim, (size_t)dim * sizeof(float));
+                    memcpy(rows->h + nr * dim, x + i * dim, (size_t)dim * sizeof(float));
                 nr++;
             }
-        fx_par_barrier(w);
+        fx_dec_rows_done(w, rows);
         if (nr == 0)
             return;
-        x = ctx->s.h;
+        x = rows->h;
         logits = f->logits + before * n_vocab;
     }
-    float *xn = ctx->s.xn + r0 * dim;
+    float *xn = rows->xn + r0 * dim;
     const struct fx_mat *ws[1] = {head};
     int nw = f->logits_rows == FX_LOGITS_NONE ? 0 : 1;
-    fx_dec_norm_input_on_worker(w, ctx, xn, x + r0 * dim, out_norm, nr, dim, nw, ws);
+    fx_dec_norm_input_on_worker(w, ctx, rows, xn, x + r0 * dim, out_norm, nr, dim, nw, ws);
     fx_dec_dump(w, c, "result_norm", -1, xn, nr, dim);
     if (f->hidden) {
         int64_t b, e;
@@ -245,7 +271,7 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     if (f->logits_rows == FX_LOGITS_NONE)
         return;
     float *outs[1] = {logits};
-    fx_dec_matmuls_on_worker(w, ctx, xn, nr, dim, 1, ws, outs);
+    fx_dec_matmuls_on_worker(w, ctx, rows->act, xn, nr, dim, 1, ws, outs);
     if (m->hp.final_softcap > 0.0f) {
         int64_t b, e;
         fx_par_range(nr, w->ith, w->nth, 1, &b, &e);
@@ -255,22 +281,46 @@ static void output_on_worker(const struct fx_worker *w, const struct fx_chunk *c
     fx_dec_dump(w, c, "result_output", -1, logits, nr, n_vocab);
 }
 
-/* The chunk's attention blocks: runs of consecutive rows of one sequence, at most
+/* The most attention blocks of a chunk checked for prepare_in_attention (a step of that many
+ * sequences at most; the check compares every pair). */
+#define ALONE_MAX_BLOCKS 64
+
+/* The chunk's attention blocks (n_att): runs of consecutive rows of one sequence, at most
  * FX_ATT_BLOCK_ROWS each. Every worker counts them; worker 0 writes their first rows to
- * att_start, which the attention reads after the barriers of the norm and the QKV matmuls. */
-static int64_t attention_blocks(const struct fx_worker *w, const struct fx_chunk *c) {
+ * att_start, which the attention reads after the barrier of the QKV matmuls. Also sets
+ * prepare_in_attention: no two blocks of one sequence (one block, or one per sequence). */
+static void attention_blocks(const struct fx_worker *w, struct fx_chunk *c) {
     int32_t *start = c->f->ctx->s.att_start;
+    int64_t first[ALONE_MAX_BLOCKS];
     int64_t n_att = 0, b0 = 0;
+    bool alone = true;
     for (int64_t i = 0; i < c->n; i++)
         if (i == 0 || i - b0 == FX_ATT_BLOCK_ROWS || !fx_kv_step_same_seq(&c->kv, b0, i)) {
             if (w->ith == 0)
                 start[n_att] = (int32_t)i;
+            alone = alone && n_att < ALONE_MAX_BLOCKS;
+            for (int64_t j = 0; alone && j < n_att; j++)
+                alone = !fx_kv_step_same_seq(&c->kv, first[j], i);
+            if (alone)
+                first[n_att] = i;
             n_att++;
             b0 = i;
         }
     if (w->ith == 0)
         start[n_att] = (int32_t)c->n;
-    return n_att;
+    c->n_att = n_att;
+    c->prepare_in_attention = alone;
+}
+
+/* This worker's rows for a chunk of n rows of f: its own when there are few and its context keeps
+ * them, else the shared ones. The MTP head's input and a device's layers work on the shared x. */
+static struct fx_rows chunk_rows(const struct fx_worker *w, const struct fx_fwd *f, int64_t n) {
+    const struct fx_context *ctx = f->ctx;
+    const struct fx_scratch *s = &ctx->s;
+    if (s->own && n <= ctx->own_rows && !f->hidden_in && f->cpu_layers == 0)
+        return s->own[w->ith];
+    return (struct fx_rows){
+        .x = s->x, .xn = s->xn, .h = s->h, .hid = s->gate, .att = s->att, .act = &s->act};
 }
 
 /* One call's chunks. */
@@ -284,7 +334,9 @@ static void call_on_worker(const struct fx_worker *w, const struct fx_fwd *f) {
             .n = f->n - row0 < ctx->n_batch ? f->n - row0 : ctx->n_batch,
             .kv = fx_kv_step_from(&f->kv, row0),
         };
-        c.n_att = attention_blocks(w, &c);
+        struct fx_rows rows = chunk_rows(w, f, c.n);
+        c.rows = &rows;
+        attention_blocks(w, &c);
         /* The trunk's layers, or the MTP head's block after them. */
         int il0 = 0, il1 = f->cpu_layers > 0 ? f->cpu_layers : m->hp.n_layer;
         if (f->hidden_in) {
@@ -309,8 +361,10 @@ static void call_on_worker(const struct fx_worker *w, const struct fx_fwd *f) {
             continue;
         }
         output_on_worker(w, &c);
-        /* The next chunk overwrites the scratch every worker may still be reading. */
-        fx_par_barrier(w);
+        /* The next chunk, or the call after this one, overwrites the scratch every worker may
+         * still be reading. After the last, the end of the run orders everything. */
+        if (row0 + c.n < f->n || f->then)
+            fx_par_barrier(w);
     }
 }
 

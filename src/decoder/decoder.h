@@ -41,6 +41,40 @@ struct fx_moe_step {
     struct fx_error err;
 };
 
+/* Activation rows: matrix inputs in each format a weight of the model is dotted with (rows NULL
+ * for the formats it does not use, and for F32, which reads the f32 rows directly):
+ * [rows][act_row_bytes[type]]; and their metadata for each weight format whose matmul reads
+ * some (NULL for the others), made once per row for every matmul (and piece of one) that reads
+ * the row: [rows][fx_act_meta_bytes(row length)]. */
+struct fx_act_bufs {
+    void *rows[FX_TYPE_COUNT];
+    void *meta[FX_TYPE_COUNT];
+};
+
+/* Where a worker computes the row-wise steps of a chunk (embedding, residual adds, norms, biases
+ * and post-norms of a block's output, gated activations, activation quantization).
+ *
+ * Shared (a batch): each worker computes its own rows (fx_dec_own_rows) in the context's
+ * buffers, and a barrier after each such step lets the others read them.
+ *
+ * Own (a step of few rows, such as decode): every worker computes every row, in the same order
+ * of the same operations, into buffers of its own, so that its copies are the bits of the shared
+ * rows and nothing it reads there is written by another worker: only the barriers after the
+ * steps whose outputs are split across workers remain (matmuls, attention). Outputs computed in
+ * place when shared (a gated activation, an attention output gate, a block output's bias and
+ * post-norm) go to the worker's own rows instead. */
+struct fx_rows {
+    bool own;
+    float *x;   /* [rows][n_embd] residual stream */
+    float *xn;  /* [rows][n_embd] normed input of the current block */
+    float *h;   /* [rows][n_embd] a block's output with its bias and post-norm: the matmul's
+                 * output itself (shared), or the worker's copy */
+    float *hid; /* [rows][n_ff] act(gate) * up: gate itself (shared), or the worker's copy */
+    float *att; /* [rows][n_head * head_dim_v] the gated attention output: att itself (shared),
+                 * or the worker's copy (the same memory as hid: never live together) */
+    const struct fx_act_bufs *act; /* the activation rows made from the above */
+};
+
 /* Scratch for up to n_batch rows per chunk. n_ffn_rows is n_batch for dense models and
  * n_batch * n_expert_used for mixtures of experts (one row per selected expert); n_hidden_rows
  * is n_ffn_rows, plus n_batch + 1 for mixtures with a shared expert, whose rows follow the
@@ -64,14 +98,11 @@ struct fx_scratch {
                          * place (fx_kv_step_keys) */
     int32_t *att_start; /* [n_batch + 1] first row of each attention block of the chunk (rows of
                          * one sequence, at most FX_ATT_BLOCK_ROWS), then n */
-    /* Activation rows in each format a weight of the model is dotted with (NULL for the formats
-     * it does not use, and for F32, which reads the f32 rows directly):
-     * [n_hidden_rows][act_row_bytes[type]]. */
-    void *act[FX_TYPE_COUNT];
-    /* The metadata of those rows for each weight format whose matmul reads some (NULL for the
-     * others), made once per row for every matmul (and piece of one) that reads the row:
-     * [n_hidden_rows][fx_act_meta_bytes(row length)]. */
-    void *act_meta[FX_TYPE_COUNT];
+    struct fx_act_bufs act; /* [n_hidden_rows] activation rows */
+    /* [n_threads] each worker's own copy of the row-wise state of a step of at most
+     * own_rows rows (struct fx_rows), or NULL (one worker; mixtures of experts, whose block
+     * shares its rows). */
+    struct fx_rows *own;
     /* Mixture of experts. */
     float *router;        /* [n_batch][n_expert] router logits */
     int32_t *sel;         /* [n_batch][n_expert_used] selected experts, best first */
@@ -114,6 +145,7 @@ struct fx_context {
     const struct fx_kernels *k;
     struct fx_pool *pool;
     int32_t n_ctx, n_batch, n_ffn_rows;
+    int32_t own_rows; /* the most rows of a chunk whose workers keep their own rows (s.own) */
     int64_t attn_state_per_worker; /* floats of attention state each worker owns */
     int64_t kv_tile_dim;           /* max(head_dim, head_dim_v) */
     struct fx_kv_contig kv;        /* unallocated (n_filled 0, no rows) when paged_only */
@@ -170,13 +202,18 @@ static inline struct fx_rstate *fx_fwd_snap(const struct fx_fwd *f, int64_t i) {
     return f->snap && i < f->n - 1 ? &f->snap[i] : NULL;
 }
 
-/* One chunk of at most n_batch rows of a call; every worker computes the same value. */
+/* One chunk of at most n_batch rows of a call; every worker computes the same value but rows. */
 struct fx_chunk {
     const struct fx_fwd *f;
     int64_t row0; /* first row of the call in this chunk */
     int64_t n;
     struct fx_kv_step kv; /* the call's, from row0 on */
     int64_t n_att;        /* attention blocks (ctx->s.att_start) */
+    /* Each attention block's rows are the only rows of their sequence in the chunk, so that the
+     * work item of a block and KV head alone writes the keys and values it reads: it prepares
+     * its rows' heads (biases, Q/K norms, rope, the store) itself, with no barrier before. */
+    bool prepare_in_attention;
+    const struct fx_rows *rows; /* this worker's (the one field that differs between workers) */
 };
 
 /* Each checks everything that can fail (tokens, positions, capacity) and reserves KV room before
@@ -219,8 +256,9 @@ void fx_forward_on_worker(const struct fx_worker *w, void *arg);
 /* After the run: records how far the cache or the sequences are filled. */
 void fx_fwd_finish(const struct fx_fwd *f);
 
-/* ---- blocks: x holds the residual stream in and out; each block leaves x's rows complete for
- * their owners (fx_dec_own_rows), not for every worker ---- */
+/* ---- blocks: the chunk's rows->x holds the residual stream in and out; each block leaves x's
+ * rows complete for the workers that compute them (fx_dec_rows_range), not for every worker.
+ * The MoE block runs on shared rows only. ---- */
 
 void fx_attn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
@@ -236,52 +274,80 @@ static inline void fx_dec_own_rows(const struct fx_worker *w, int64_t n, int64_t
     fx_par_range(n, w->ith, w->nth, 1, b, e);
 }
 
-/* Rows r0..r1 of src (rows n_in floats apart) into the activation format of each matrix of ws
- * that is not dotted with f32 rows. No barrier. */
-void fx_dec_quantize_rows(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
-                          int64_t n_in, int nw, const struct fx_mat *const *ws);
+/* The rows [*b, *e) of n that this worker computes in a row-wise step: its own rows (shared), or
+ * all of them (own). */
+static inline void fx_dec_rows_range(const struct fx_worker *w, const struct fx_rows *r, int64_t n,
+                                     int64_t *b, int64_t *e) {
+    if (r->own) {
+        *b = 0;
+        *e = n;
+    } else {
+        fx_dec_own_rows(w, n, b, e);
+    }
+}
+
+/* After a row-wise step whose rows others read next: a barrier when the rows are shared. */
+static inline void fx_dec_rows_done(const struct fx_worker *w, const struct fx_rows *r) {
+    if (!r->own)
+        fx_par_barrier(w);
+}
+
+/* Rows r0..r1 of src (rows n_in floats apart) into a's activation rows in the format of each
+ * matrix of ws that is not dotted with f32 rows. No barrier. */
+void fx_dec_quantize_rows(const struct fx_context *ctx, const struct fx_act_bufs *a,
+                          const float *src, int64_t r0, int64_t r1, int64_t n_in, int nw,
+                          const struct fx_mat *const *ws);
 
 /* The same for columns [c0, c1) of those rows only, which must be whole blocks of every format
  * involved (fx_dec_cols_whole_blocks): activation blocks and their metadata are made block by
  * block, so the pieces of a row give the bytes of the whole row. */
-void fx_dec_quantize_cols(const struct fx_context *ctx, const float *src, int64_t r0, int64_t r1,
-                          int64_t n_in, int64_t c0, int64_t c1, int nw,
-                          const struct fx_mat *const *ws);
+void fx_dec_quantize_cols(const struct fx_context *ctx, const struct fx_act_bufs *a,
+                          const float *src, int64_t r0, int64_t r1, int64_t n_in, int64_t c0,
+                          int64_t c1, int nw, const struct fx_mat *const *ws);
 /* Whether columns [c0, c0 + width) at any multiple c0 of width are whole blocks of the
  * activation formats of ws and of their metadata. */
 bool fx_dec_cols_whole_blocks(const struct fx_context *ctx, int64_t width, int nw,
                               const struct fx_mat *const *ws);
 
-/* For this worker's rows: out = rms_norm(in) * weight, quantized for the matrices ws that read
- * it next. Ends with a barrier. */
+/* For the rows this worker computes (r): out = rms_norm(in) * weight, quantized into r's
+ * activation rows for the matrices ws that read it next. Ends with fx_dec_rows_done. */
 void fx_dec_norm_input_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                 float *out, const float *in, const float *weight, int64_t n,
-                                 int64_t dim, int nw, const struct fx_mat *const *ws);
+                                 const struct fx_rows *r, float *out, const float *in,
+                                 const float *weight, int64_t n, int64_t dim, int nw,
+                                 const struct fx_mat *const *ws);
 
 /* The most matrices one call of fx_dec_matmuls_on_worker multiplies (a Gated DeltaNet layer's
  * qkv, z, beta and alpha). */
 #define FX_DEC_MAX_MATMULS 4
 
 /* outs[i] = src * ws[i]^T for n rows of n_in floats (outs[i] rows ws[i]->ne1 apart), from the
- * activation rows fx_dec_quantize_rows made of src; the workers share the matmuls (statically
- * for a few rows, dynamically for a batch). Ends with a barrier. */
+ * activation rows fx_dec_quantize_rows made of src in a; the workers share the matmuls
+ * (statically for a few rows, dynamically for a batch). Ends with a barrier. */
 void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                              const float *src, int64_t n, int64_t n_in, int nw,
-                              const struct fx_mat *const *ws, float *const *outs);
+                              const struct fx_act_bufs *a, const float *src, int64_t n,
+                              int64_t n_in, int nw, const struct fx_mat *const *ws,
+                              float *const *outs);
 
-/* Where row r of src is in the activation format w_type is dotted with, and the stride of such
- * rows (src itself for f32). */
-const void *fx_dec_act_rows(const struct fx_context *ctx, enum fx_type w_type, const float *src,
-                            int64_t n_in, int64_t r, uint64_t *stride);
+/* Where row r of src is in a's activation rows of the format w_type is dotted with, and the
+ * stride of such rows (src itself for f32). */
+const void *fx_dec_act_rows(const struct fx_context *ctx, const struct fx_act_bufs *a,
+                            enum fx_type w_type, const float *src, int64_t n_in, int64_t r,
+                            uint64_t *stride);
 
-/* Row r's metadata for weights of w_type (fx_act_meta_fn), which fx_dec_quantize_rows makes with
- * the row; NULL when that format reads none. */
-void *fx_dec_act_meta(const struct fx_context *ctx, enum fx_type w_type, int64_t n_in, int64_t r);
+/* Row r's metadata in a for weights of w_type (fx_act_meta_fn), which fx_dec_quantize_rows makes
+ * with the row; NULL when that format reads none. */
+void *fx_dec_act_meta(const struct fx_act_bufs *a, enum fx_type w_type, int64_t n_in, int64_t r);
 
-/* gate[r] = act(gate[r]) * up[r] for rows r0 <= r < r1 of n_ff floats, with the model's gated
- * activation. */
-void fx_dec_gated_act_rows(const struct fx_context *ctx, float *gate, const float *up, int64_t n_ff,
-                           int64_t r0, int64_t r1);
+/* out[r] = act(gate[r]) * up[r] for rows r0 <= r < r1 of n_ff floats, with the model's gated
+ * activation; out may be gate. */
+void fx_dec_gated_act_rows(const struct fx_context *ctx, float *out, const float *gate,
+                           const float *up, int64_t n_ff, int64_t r0, int64_t r1);
+
+/* A block's output into the residual stream, rows b <= i < e: x[i] += post_norm(h[i] + bias),
+ * the bias and the post-norm each when not NULL, from the block's output projection in the
+ * context's h (complete after its barrier) through r's h into r's x. */
+void fx_dec_add_output_rows(const struct fx_context *ctx, const struct fx_rows *r,
+                            const float *bias, const float *post_norm, int64_t b, int64_t e);
 
 /* FERROX_DUMP: worker 0 writes n rows of dim floats as DIR/<name>-<il>.bin (il < 0:
  * DIR/<name>.bin), replacing the file of the previous call. Called after the barrier that completes

@@ -157,7 +157,8 @@ static void group_rows(const struct fx_chunk *c, const struct fx_layer *l, int64
     for (int64_t hv = hk; hv < n_hv; hv += n_hk) {
         head_rows(c, l, hv, conv_dim, work);
         if (quantize_y)
-            fx_dec_quantize_cols(ctx, ctx->s.ry, 0, c->n, d * n_hv, hv * d, (hv + 1) * d, 1, out);
+            fx_dec_quantize_cols(ctx, c->rows->act, ctx->s.ry, 0, c->n, d * n_hv, hv * d,
+                                 (hv + 1) * d, 1, out);
     }
 }
 
@@ -172,16 +173,18 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
 
     const struct fx_mat *in[4] = {&l->ssm_qkv, &l->ssm_z, &l->ssm_beta, &l->ssm_alpha};
     float *in_out[4] = {s->rqkv, s->rz, s->rbeta, s->rg};
-    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->attn_norm, n, dim, 4, in);
-    fx_dec_dump(w, c, "attn_norm", il, s->xn, n, dim);
-    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, 4, in, in_out);
+    const struct fx_rows *r = c->rows;
+    fx_dec_norm_input_on_worker(w, ctx, r, r->xn, r->x, l->attn_norm, n, dim, 4, in);
+    fx_dec_dump(w, c, "attn_norm", il, r->xn, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, r->act, r->xn, n, dim, 4, in, in_out);
 
     /* The K-head groups are independent; each worker claims whole groups, and quantizes its
      * heads' blocks of y for the output projection when the heads are whole blocks of its
      * activation format (Q8_0 and the 32-wide formats; not Q8_K, whose blocks span two heads
-     * of 128), which saves a barrier; otherwise the rows' owners quantize y after the pass. */
+     * of 128), which saves a barrier; otherwise the rows' owners quantize y after the pass, or
+     * with own rows every worker all of y into its own activation rows, with no barrier. */
     const struct fx_mat *out[1] = {&l->ssm_out};
-    bool quantize_y = fx_dec_cols_whole_blocks(ctx, hp->ssm_d_state, 1, out);
+    bool quantize_y = !r->own && fx_dec_cols_whole_blocks(ctx, hp->ssm_d_state, 1, out);
     float *work = s->rwork + (int64_t)w->ith * FX_DELTA_CHUNK * 2 * hp->ssm_d_state;
     for (int64_t hk; fx_par_claim(w, hp->n_ssm_k_heads, &hk);)
         group_rows(c, l, hk, conv_dim, quantize_y, work);
@@ -191,13 +194,12 @@ void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *
 
     float *out_out[1] = {s->h};
     int64_t b, e;
-    fx_dec_own_rows(w, n, &b, &e);
+    fx_dec_rows_range(w, r, n, &b, &e);
     if (!quantize_y) {
-        fx_dec_quantize_rows(ctx, s->ry, b, e, value_dim, 1, out);
-        fx_par_barrier(w);
+        fx_dec_quantize_rows(ctx, r->act, s->ry, b, e, value_dim, 1, out);
+        fx_dec_rows_done(w, r);
     }
-    fx_dec_matmuls_on_worker(w, ctx, s->ry, n, value_dim, 1, out, out_out);
-    for (int64_t i = b; i < e; i++)
-        ctx->k->add(s->x + i * dim, s->x + i * dim, s->h + i * dim, dim);
-    fx_dec_dump(w, c, "ffn_inp", il, s->x, n, dim);
+    fx_dec_matmuls_on_worker(w, ctx, r->act, s->ry, n, value_dim, 1, out, out_out);
+    fx_dec_add_output_rows(ctx, r, NULL, NULL, b, e);
+    fx_dec_dump(w, c, "ffn_inp", il, r->x, n, dim);
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/error.h"
 #include "decoder/decoder.h"
 #include "model/expert_cache.h"
 
@@ -137,17 +138,18 @@ static void experts_matmuls_on_worker(const struct fx_worker *w, const struct fx
         int64_t src_row = ps->one_row ? 0 : r0;
         for (int i = 0; i < ps->nm; i++) {
             struct fx_mat m = expert_mat(ctx, l, il, u, ps->which[i]);
-            const void *act = fx_dec_act_rows(ctx, m.type, ps->src, ps->n_in, src_row, &stride);
+            const void *act =
+                fx_dec_act_rows(ctx, &s->act, m.type, ps->src, ps->n_in, src_row, &stride);
             fx_matmul(ctx->k, &m, act, stride, nr, ps->out[i] + r0 * m.ne1, m.ne1, w->ith, w->nth,
-                      fx_dec_act_meta(ctx, m.type, ps->n_in, src_row));
+                      fx_dec_act_meta(&s->act, m.type, ps->n_in, src_row));
         }
     }
     if (ps->dense) {
         const struct fx_mat *m = ps->dense;
-        const void *act =
-            fx_dec_act_rows(ctx, m->type, ps->dense_src, ps->dense_n_in, ps->dense_row0, &stride);
+        const void *act = fx_dec_act_rows(ctx, &s->act, m->type, ps->dense_src, ps->dense_n_in,
+                                          ps->dense_row0, &stride);
         fx_matmul(ctx->k, m, act, stride, ps->dense_n, ps->dense_out, m->ne1, w->ith, w->nth,
-                  fx_dec_act_meta(ctx, m->type, ps->dense_n_in, ps->dense_row0));
+                  fx_dec_act_meta(&s->act, m->type, ps->dense_n_in, ps->dense_row0));
     }
 }
 
@@ -181,8 +183,9 @@ static void lookahead_router_on_worker(const struct fx_worker *w, const struct f
     const struct fx_mat *router[1] = {&next->router};
     float *out[1] = {ctx->s.router_next};
     int64_t dim = ctx->model->hp.n_embd;
-    fx_dec_norm_input_on_worker(w, ctx, ctx->s.h, ctx->s.x, next->ffn_norm, c->n, dim, 1, router);
-    fx_dec_matmuls_on_worker(w, ctx, ctx->s.h, c->n, dim, 1, router, out);
+    fx_dec_norm_input_on_worker(w, ctx, c->rows, ctx->s.h, ctx->s.x, next->ffn_norm, c->n, dim, 1,
+                                router);
+    fx_dec_matmuls_on_worker(w, ctx, &ctx->s.act, ctx->s.h, c->n, dim, 1, router, out);
 }
 
 /* Worker 0, once the rows are grouped: lists the used experts, scores the prediction made for
@@ -303,14 +306,14 @@ static void hidden_rows(const struct fx_context *ctx, const struct fx_layer *l, 
         add_expert_bias(ctx, s->gate, l->gate_exps_b, n_ff, rb, re);
         add_expert_bias(ctx, s->up, l->up_exps_b, n_ff, rb, re);
     }
-    fx_dec_gated_act_rows(ctx, s->gate, s->up, n_ff, rb, re);
-    fx_dec_quantize_rows(ctx, s->gate, rb, re, n_ff, 1, down);
+    fx_dec_gated_act_rows(ctx, s->gate, s->gate, s->up, n_ff, rb, re);
+    fx_dec_quantize_rows(ctx, &s->act, s->gate, rb, re, n_ff, 1, down);
     if (!shared || e <= nr)
         return;
     int64_t row0 = shared_row0(ctx, n), ff = hp->n_ff_shexp;
     int64_t sb = row0 + (b > nr ? b - nr : 0), se = row0 + (e - nr);
-    fx_dec_gated_act_rows(ctx, s->gate, s->up, ff, sb, se);
-    fx_dec_quantize_rows(ctx, s->gate, sb, se, ff, 1, shared_down);
+    fx_dec_gated_act_rows(ctx, s->gate, s->gate, s->up, ff, sb, se);
+    fx_dec_quantize_rows(ctx, &s->act, s->gate, sb, se, ff, 1, shared_down);
 }
 
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il) {
@@ -348,9 +351,10 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         quant[n_quant++] = gate_up[0];
         quant[n_quant++] = gate_up[1];
     }
-    fx_dec_norm_input_on_worker(w, ctx, s->xn, s->x, l->ffn_norm, n, dim, n_quant, quant);
+    FX_ASSERT(!c->rows->own); /* the block reads and writes the shared rows */
+    fx_dec_norm_input_on_worker(w, ctx, c->rows, s->xn, s->x, l->ffn_norm, n, dim, n_quant, quant);
     fx_dec_dump(w, c, "ffn_norm", il, s->xn, n, dim);
-    fx_dec_matmuls_on_worker(w, ctx, s->xn, n, dim, n_router, router, router_out);
+    fx_dec_matmuls_on_worker(w, ctx, &s->act, s->xn, n, dim, n_router, router, router_out);
     if (ahead)
         lookahead_router_on_worker(w, c, il_next);
 
@@ -377,7 +381,7 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         for (int64_t r = b; r < e; r++)
             memcpy(s->xg + r * dim, s->xn + (int64_t)s->slot_row[r] * dim,
                    (size_t)dim * sizeof(float));
-        fx_dec_quantize_rows(ctx, s->xg, b, e, dim, 2, gate_up);
+        fx_dec_quantize_rows(ctx, &s->act, s->xg, b, e, dim, 2, gate_up);
         fx_par_barrier(w);
     }
 
