@@ -82,12 +82,12 @@ static void block_keys(const struct fx_context *ctx, const struct fx_chunk *c, i
  * kernel once for the whole block (its keys and values read from memory once, then from L1),
  * every row seeing its own part of it. The block's rows are one sequence's, so they share the
  * cache. state: the worker's fx_attn_state memory; tile: its [2][FX_ATTN_RUN][head size] floats
- * for runs of keys and values that cannot be read in place (fx_kv_step_keys). after: where the
- * first run of the worker's next block lies ([2]: keys, values; NULL: none), asked for while
- * the kernel works on this block's last run. */
+ * for runs of keys and values that cannot be read in place (fx_kv_step_keys). bk: the block's
+ * positions (block_keys). after: where the first run of the worker's next block lies ([2]: keys,
+ * values; NULL: none), asked for while the kernel works on this block's last run. */
 static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
-                         int64_t i0, int64_t n, float *state, float *tile,
-                         const struct fx_kv_ahead *after) {
+                         int64_t i0, int64_t n, const struct block_keys *bk, float *state,
+                         float *tile, const struct fx_kv_ahead *after) {
     const struct fx_kernels *k = ctx->k;
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
@@ -97,11 +97,9 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     struct fx_attn_state st;
     fx_attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
                   hp->n_head * hd, n, group, hd, hd_v);
-    struct block_keys bk;
-    block_keys(ctx, c, il, i0, n, &bk);
-    const int32_t *lo = bk.lo, *pos = bk.pos;
-    int32_t pos_max = bk.pos_max;
-    for (int32_t t0 = bk.lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
+    const int32_t *lo = bk->lo, *pos = bk->pos;
+    int32_t pos_max = bk->pos_max;
+    for (int32_t t0 = bk->lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
         int32_t first[FX_ATT_BLOCK_ROWS], last[FX_ATT_BLOCK_ROWS], n_keys = 0;
         for (int64_t r = 0; r < n; r++) { /* this run's keys row r sees, from t0 */
             first[r] = (t0 > lo[r] ? t0 : lo[r]) - t0;
@@ -147,7 +145,7 @@ static struct attn_item attn_item(const struct fx_context *ctx, int64_t n_items,
     return (struct attn_item){i0, ctx->s.att_start[blk + 1] - i0, (int)(item % n_kv)};
 }
 
-/* after[0..1]: where the keys and values of item it's first run lie (fx_kv_step_ahead). */
+/* after[0..1]: where the keys and values of the first run of item it lie (fx_kv_step_ahead). */
 static void first_run_ahead(const struct fx_context *ctx, const struct fx_chunk *c, int il,
                             struct attn_item it, struct fx_kv_ahead *after) {
     struct block_keys bk;
@@ -187,7 +185,7 @@ static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         struct block_keys bk;
         block_keys(ctx, c, il, it.i0, it.n, &bk);
         if (bk.pos_max / FX_ATTN_RUN - bk.lo_min / FX_ATTN_RUN >= HOLD_MAX_RUNS) {
-            attend_block(ctx, c, il, it.g, it.i0, it.n, state, tile, NULL);
+            attend_block(ctx, c, il, it.g, it.i0, it.n, &bk, state, tile, NULL);
             more = fx_par_claim(w, n_items, &claimed);
             continue;
         }
@@ -195,7 +193,7 @@ static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         more = fx_par_claim(w, n_items, &claimed);
         if (more)
             first_run_ahead(ctx, c, il, attn_item(ctx, n_items, claimed), after);
-        attend_block(ctx, c, il, it.g, it.i0, it.n, state, tile, more ? after : NULL);
+        attend_block(ctx, c, il, it.g, it.i0, it.n, &bk, state, tile, more ? after : NULL);
     }
 }
 
