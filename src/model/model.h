@@ -161,7 +161,7 @@ struct fx_model {
     struct fx_mtp *mtp;      /* [n_nextn], NULL when none */
     float **vecs;            /* every owned vector copy, freed with the model */
     int64_t n_vecs, cap_vecs;
-    void **packs; /* every packed weight copy (model/pack.c), freed with the model */
+    void **packs; /* the allocation of the packed weight copies (model/pack.c), freed with it */
     int64_t n_packs;
     /* The cache the experts are read into (model/expert_cache.h), or NULL when they are
      * resident. The one part of a model that changes after loading; it has its own lock. */

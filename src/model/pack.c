@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "core/alloc.h"
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/par.h"
 #include "model/model.h"
@@ -26,39 +27,45 @@ struct pack_target {
     int64_t first_item, n_items; /* its items in the plan */
 };
 
+/* Every copy lies in one allocation (arena, `bytes` long): with one allocation per matrix, the
+ * end of each past its last whole huge page stayed on 4 KiB pages (half of a 3.8 MB FFN matrix),
+ * and the matmuls read those bytes at a TLB miss per 4 KiB (alloc.h). */
 struct pack_plan {
     const struct fx_kernels *k;
     struct pack_item *items;
     struct pack_target *targets;
     int64_t n_items, n_targets;
-    bool counting; /* first pass: only count */
-    bool experts;  /* pack the expert stacks too */
+    uint8_t *arena;
+    uint64_t bytes; /* counting: the arena's size; then: how much of it is planned */
+    bool counting;  /* first pass: only count */
+    bool experts;   /* pack the expert stacks too */
 };
 
 static uint64_t round64(uint64_t v) {
     return (v + 63) / 64 * 64;
 }
 
-/* Plans one matrix or stack: an allocation (recorded in the model), its items and its target. */
-static fx_status plan_one(struct pack_plan *p, struct fx_model *m, struct fx_mat *w,
-                          struct fx_experts *x, struct fx_error *err) {
+/* Plans one matrix or stack: its place in the arena, its items and its target. */
+static fx_status plan_one(struct pack_plan *p, struct fx_mat *w, struct fx_experts *x,
+                          struct fx_error *err) {
     const struct fx_mat *first = x ? &x->per : w;
     uint64_t bytes = first->data ? fx_mat_pack_bytes(p->k, first) : 0;
     if (bytes == 0)
         return FX_OK;
     int64_t n = x ? x->n_expert : 1;
+    uint64_t stride = round64(bytes), total;
+    if (fx_mul_overflow_u64(stride, (uint64_t)n, &total) ||
+        fx_add_overflow_u64(p->bytes, total, &total))
+        return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
+                            "packed weights overflow 64 bits of bytes");
     if (p->counting) {
+        p->bytes = total;
         p->n_items += n;
         p->n_targets++;
         return FX_OK;
     }
-    uint64_t stride = round64(bytes);
-    uint8_t *block = fx_alloc_streamed(stride * (uint64_t)n);
-    if (!block)
-        return fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
-                            "out of memory for %llu bytes of packed weights",
-                            (unsigned long long)(stride * (uint64_t)n));
-    m->packs[m->n_packs++] = block;
+    uint8_t *block = p->arena + p->bytes;
+    p->bytes = total;
     int64_t first_item = p->n_items;
     for (int64_t e = 0; e < n; e++)
         p->items[p->n_items++] =
@@ -92,22 +99,22 @@ static fx_status plan_model(struct pack_plan *p, struct fx_model *m, struct fx_e
                                  &l->shexp_down,
                                  &l->shexp_gate_inp};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            if ((st = plan_one(p, m, mats[i], NULL, err)))
+            if ((st = plan_one(p, mats[i], NULL, err)))
                 return st;
         struct fx_experts *stacks[] = {&l->gate_exps, &l->up_exps, &l->down_exps};
         for (size_t i = 0; i < 3 && p->experts; i++)
-            if ((st = plan_one(p, m, NULL, stacks[i], err)))
+            if ((st = plan_one(p, NULL, stacks[i], err)))
                 return st;
     }
     for (int i = 0; i < m->hp.n_nextn; i++) {
         struct fx_mtp *x = &m->mtp[i];
-        if ((st = plan_one(p, m, &x->eh_proj, NULL, err)))
+        if ((st = plan_one(p, &x->eh_proj, NULL, err)))
             return st;
         /* A head of its own; the trunk's output is packed below and copied in after. */
-        if (x->head.data != m->output.data && (st = plan_one(p, m, &x->head, NULL, err)))
+        if (x->head.data != m->output.data && (st = plan_one(p, &x->head, NULL, err)))
             return st;
     }
-    return plan_one(p, m, &m->output, NULL, err);
+    return plan_one(p, &m->output, NULL, err);
 }
 
 /* The items of one target, packed by all the pool's workers. */
@@ -130,14 +137,22 @@ fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, bool expert
         return st;
     p.items = calloc((size_t)p.n_items, sizeof *p.items);
     p.targets = calloc((size_t)p.n_targets, sizeof *p.targets);
-    m->packs = calloc((size_t)p.n_targets, sizeof *m->packs);
+    m->packs = calloc(1, sizeof *m->packs);
     struct fx_pool *pool = NULL;
     if (!p.items || !p.targets || !m->packs) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
         goto done;
     }
+    if (!(p.arena = fx_alloc_streamed(p.bytes))) {
+        st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET,
+                          "out of memory for %llu bytes of packed weights",
+                          (unsigned long long)p.bytes);
+        goto done;
+    }
+    m->packs[m->n_packs++] = p.arena;
     p.counting = false;
     p.n_items = p.n_targets = 0;
+    p.bytes = 0;
     if ((st = plan_model(&p, m, err)) || (st = fx_pool_create(0, &pool, err)))
         goto done;
     /* Target by target, each one's file pages released as soon as its copy is written: the
