@@ -29,6 +29,8 @@
 
 #include "decoder/decoder.h"
 
+#define FLOATS_PER_LINE 16 /* a 64-byte cache line */
+
 /* ggml's softplus: linear above 20, where log(1 + e^x) rounds to x. */
 static float softplus(float x) {
     return x > 20.0f ? x : logf(1.0f + expf(x));
@@ -64,6 +66,24 @@ static void conv_channels(const struct fx_chunk *c, const struct fx_layer *l, in
             memcpy(fx_rstate_conv(snap, l->rec_il) + b * (d_conv - 1), win,
                    (size_t)((e - b) * (d_conv - 1)) * sizeof(float));
     }
+}
+
+/* Asks for the cache lines of channels [b, e) that the conv reads for the chunk's first row: its
+ * taps, its sequence's window and its input. In decode they are cold at every token (the weight
+ * stream evicted them, or another worker's projection wrote the input), and the conv's gathers
+ * set off no hardware prefetcher, so its blocks of channels would each wait a trip to memory;
+ * asked for together, a group's lines arrive in one. */
+static void prefetch_conv(const struct fx_chunk *c, const struct fx_layer *l, int64_t b,
+                          int64_t e) {
+    int32_t d_conv = c->f->ctx->model->hp.ssm_d_conv;
+    const float *w = l->ssm_conv + b * d_conv, *x = c->f->ctx->s.rqkv + b;
+    const float *win = fx_rstate_conv(fx_kv_step_rstate(&c->kv, 0), l->rec_il) + b * (d_conv - 1);
+    for (int64_t i = 0; i < (e - b) * d_conv; i += FLOATS_PER_LINE)
+        __builtin_prefetch(w + i);
+    for (int64_t i = 0; i < (e - b) * (d_conv - 1); i += FLOATS_PER_LINE)
+        __builtin_prefetch(win + i);
+    for (int64_t i = 0; i < e - b; i += FLOATS_PER_LINE)
+        __builtin_prefetch(x + i);
 }
 
 /* For every row of the chunk: q and k of K head hk L2-normed (in rconv), and for the V heads
@@ -149,6 +169,10 @@ static void group_rows(const struct fx_chunk *c, const struct fx_layer *l, int64
     int64_t d = hp->ssm_d_state, n_hk = hp->n_ssm_k_heads, n_hv = hp->n_ssm_v_heads;
     int64_t key_dim = d * n_hk;
     const struct fx_mat *out[1] = {&l->ssm_out};
+    prefetch_conv(c, l, hk * d, (hk + 1) * d);
+    prefetch_conv(c, l, key_dim + hk * d, key_dim + (hk + 1) * d);
+    for (int64_t hv = hk; hv < n_hv; hv += n_hk)
+        prefetch_conv(c, l, 2 * key_dim + hv * d, 2 * key_dim + (hv + 1) * d);
     conv_channels(c, l, hk * d, (hk + 1) * d, conv_dim);
     conv_channels(c, l, key_dim + hk * d, key_dim + (hk + 1) * d, conv_dim);
     for (int64_t hv = hk; hv < n_hv; hv += n_hk)

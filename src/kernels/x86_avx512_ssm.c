@@ -44,6 +44,21 @@ void fx_avx512_conv_rows(float *out, float *win, const float *x, int64_t n, int6
     __m512i w_at = _mm512_mullo_epi32(lane, _mm512_set1_epi32(d_conv));
     __m512i h_at = _mm512_mullo_epi32(lane, _mm512_set1_epi32(keep));
     __m512 none = _mm512_setzero_ps();
+    /* The windows go back channel-major: vector v of a block's [16][keep] floats holds element
+     * e = 16 v + l in lane l, which is channel e / keep's tap e % keep. */
+    __m512i back_at[TAPS];
+    __mmask16 back_tap[TAPS][TAPS] = {{0}};
+    int32_t at[16 * TAPS];
+    for (int32_t e = 0, ch = 0, t = 0; e < 16 * keep; e++) {
+        at[e] = ch;
+        back_tap[e / 16][t] |= (__mmask16)(1u << (e % 16));
+        if (++t == keep) {
+            t = 0;
+            ch++;
+        }
+    }
+    for (int32_t v = 0; v < keep; v++)
+        back_at[v] = _mm512_loadu_si512(at + 16 * v);
     for (int64_t c = 0; c < n_ch; c += 16) {
         __mmask16 m = lanes16(n_ch - c);
         float *h = win + c * keep;
@@ -66,13 +81,13 @@ void fx_avx512_conv_rows(float *out, float *win, const float *x, int64_t n, int6
                 ht[keep - 1] = xr;
         }
         /* The block's windows back, [16][keep] from the registers' [keep][16]. */
-        float back[TAPS][16];
-        for (int32_t t = 0; t < keep; t++)
-            _mm512_storeu_ps(back[t], ht[t]);
-        int64_t nc = n_ch - c < 16 ? n_ch - c : 16;
-        for (int64_t i = 0; i < nc; i++)
+        int64_t left = (n_ch - c < 16 ? n_ch - c : 16) * keep;
+        for (int32_t v = 0; v < keep; v++) {
+            __m512 o = none;
             for (int32_t t = 0; t < keep; t++)
-                h[i * keep + t] = back[t][i];
+                o = _mm512_mask_permutexvar_ps(o, back_tap[v][t], back_at[v], ht[t]);
+            _mm512_mask_storeu_ps(h + 16 * v, lanes16(left - 16 * v), o);
+        }
     }
 }
 
