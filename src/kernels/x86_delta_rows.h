@@ -20,35 +20,37 @@
 /* The tiles' loops over their accumulators unrolled, so that these stay in registers. */
 #define DR_UNROLL _Pragma("GCC unroll 8")
 
-/* Columns j0 .. j0 + PJ VW - 1 (those below d) of M0^T x_a for the na (2 or 4) vectors x_a,
- * into o_a: one pass over M0's rows i, each row's PJ vectors multiplied into every x_a[i]. */
-DR_INLINE void products_tile(const float *m0, int na, const float *const *x, float *const *o,
-                             int64_t j0, int64_t d) {
-    vf acc[4][PJ];
+/* Columns j0 .. j0 + nv VW - 1 (those below d) of M0^T x_a for the na vectors x_a, into o_a:
+ * one pass over M0's rows i, each row's nv vectors multiplied into every x_a[i]. na nv is at
+ * most 4 PJ accumulators: 4 vectors x by PJ, or 2 by 2 PJ (a decode row's k and q), which walks
+ * each row of M0 whole when 2 PJ VW = d, one stream for the hardware prefetcher. */
+DR_INLINE void products_tile(const float *m0, int na, int nv, const float *const *x,
+                             float *const *o, int64_t j0, int64_t d) {
+    vf acc[4 * PJ];
     DR_UNROLL
     for (int a = 0; a < na; a++)
         DR_UNROLL
-    for (int v = 0; v < PJ; v++)
-        acc[a][v] = vset1(0.0f);
+    for (int v = 0; v < nv; v++)
+        acc[a * nv + v] = vset1(0.0f);
     for (int64_t i = 0; i < d; i++) {
         const float *mi = m0 + i * d + j0;
-        vf mv[PJ];
+        vf mv[2 * PJ];
         DR_UNROLL
-        for (int v = 0; v < PJ; v++)
+        for (int v = 0; v < nv; v++)
             mv[v] = vload(mi + v * VW, d - j0 - v * VW);
         DR_UNROLL
         for (int a = 0; a < na; a++) {
             vf xa = vset1(x[a][i]);
             DR_UNROLL
-            for (int v = 0; v < PJ; v++)
-                acc[a][v] = vfma(xa, mv[v], acc[a][v]);
+            for (int v = 0; v < nv; v++)
+                acc[a * nv + v] = vfma(xa, mv[v], acc[a * nv + v]);
         }
     }
     DR_UNROLL
     for (int a = 0; a < na; a++)
         DR_UNROLL
-    for (int v = 0; v < PJ; v++)
-        vstore(o[a] + j0 + v * VW, acc[a][v], d - j0 - v * VW);
+    for (int v = 0; v < nv; v++)
+        vstore(o[a] + j0 + v * VW, acc[a * nv + v], d - j0 - v * VW);
 }
 
 /* work[r] = [M0^T k_r | M0^T q_r] for the call's rows, two rows (four products) per pass over
@@ -56,17 +58,16 @@ DR_INLINE void products_tile(const float *m0, int na, const float *const *x, flo
 static void products(const float *m0, int32_t n, const float *q, const float *k, int64_t in_stride,
                      float *work, int64_t d) {
     for (int32_t r = 0; r < n; r += 2) {
-        int na = r + 1 < n ? 4 : 2;
         const float *x[4] = {k + r * in_stride, q + r * in_stride, k + (r + 1) * in_stride,
                              q + (r + 1) * in_stride};
         float *o[4] = {work + r * 2 * d, work + r * 2 * d + d, work + (r + 1) * 2 * d,
                        work + (r + 1) * 2 * d + d};
-        for (int64_t j0 = 0; j0 < d; j0 += PJ * VW) {
-            if (na == 4)
-                products_tile(m0, 4, x, o, j0, d);
-            else
-                products_tile(m0, 2, x, o, j0, d);
-        }
+        if (r + 1 < n)
+            for (int64_t j0 = 0; j0 < d; j0 += PJ * VW)
+                products_tile(m0, 4, PJ, x, o, j0, d);
+        else
+            for (int64_t j0 = 0; j0 < d; j0 += 2 * PJ * VW)
+                products_tile(m0, 2, 2 * PJ, x, o, j0, d);
     }
 }
 
