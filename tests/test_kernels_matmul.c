@@ -199,10 +199,11 @@ FX_TEST(kernels_matmul_long_rows_few_activations) {
             check_matmul(tables[k], types[ti], fx_type_block_elems(types[ti]) * 300, 20, 8, &rng);
 }
 
-/* Big batches: pairs of panels run as wide tiles (two panels against 4 activation rows), the
- * second panel of a pair partial (57 rows: the pair of rows 32..56 has 25), and more activation
- * rows than one chunk of the driver holds (70: 64 and 6 for the 32-wide formats); 200 rows are
- * two groups of the driver (128 and 72 rows, the last panel alone and partial). */
+/* Big batches: pairs of panels run as wide tiles (two panels against 4 activation rows, 6 for
+ * the K formats on AVX-512), the second panel of a pair partial (57 rows: the pair of rows 32..56
+ * has 25), and more activation rows than one chunk of the driver holds (70: 64 and 6 for the
+ * 32-wide formats, 60 and 10 for tiles of 6, the last 4 in one-panel tiles); 200 rows are two
+ * groups of the driver (128 and 72 rows, the last panel alone and partial). */
 FX_TEST(kernels_matmul_wide_tiles_partial_pairs_and_chunks) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);

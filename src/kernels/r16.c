@@ -480,10 +480,13 @@ static struct next_run next_pair_run(const struct r16_job *j, int64_t g0, int64_
 static void run_groups(const struct r16_job *j, int64_t r0, int64_t r1, int64_t n_act,
                        const struct fx_r16_meta *given) {
     int64_t run = RUN_BIG / fx_type_block_elems(j->w->type);
+    /* Chunks of whole wide tiles (60 rows for tiles of 6): a chunk's rows left over would take
+     * the slower one-panel tiles. */
+    int64_t chunk = j->k->wide ? CHUNK_ROWS / j->k->wide_act * j->k->wide_act : CHUNK_ROWS;
     for (int64_t g0 = r0; g0 < r1; g0 += GROUP_ROWS) {
         int64_t g1 = r1 - g0 < GROUP_ROWS ? r1 : g0 + GROUP_ROWS;
-        for (int64_t a0 = 0; a0 < n_act; a0 += CHUNK_ROWS) {
-            int64_t na = n_act - a0 < CHUNK_ROWS ? n_act - a0 : CHUNK_ROWS;
+        for (int64_t a0 = 0; a0 < n_act; a0 += chunk) {
+            int64_t na = n_act - a0 < chunk ? n_act - a0 : chunk;
             for (int64_t c0 = 0; c0 < j->nb; c0 += run) {
                 int64_t nc = j->nb - c0 < run ? j->nb - c0 : run;
                 const struct fx_r16_meta *meta = j->meta;

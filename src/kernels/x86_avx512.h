@@ -129,11 +129,13 @@ FX_INLINE void acc_store(const struct fx_r16_tile *t, int p, int j, __m512 f) {
 /* The tile and metadata kernels of the AVX-512 table's R16 formats (x86_avx512_q32.c and
  * x86_avx512_qk.c); x86_avx512.c puts them in the table. */
 /* Activation rows of the wide tiles (r16.h): the 32-wide formats keep 2 panels x 4 rows of sums
- * in registers; the K formats, whose sums wait in memory between sub-blocks, take 8 (2 x 8
- * chains of vpdpbusd measured 6-10% faster than 2 x 4 for Q4_K and Q6_K, 15-20% slower for
- * Q8_0). */
+ * in registers (2 x 8 measured 15-20% slower for Q8_0); the K formats take 6, so that a
+ * sub-block's 2 x 6 integer sums and the super-block's 2 x 6 fit in the 32 vector registers
+ * with the codes (2 x 8 measured 6-10% faster than 2 x 4, but kept the super-block's sums on the
+ * stack, a load and a store per sub-block each; 2 x 6 is faster again by 5-10% for Q4_K, Q5_K,
+ * IQ4_XS and Q2_K, the same for Q3_K and Q6_K). */
 #define FX_AVX512_Q32_WIDE_ACT 4
-#define FX_AVX512_K_WIDE_ACT   8
+#define FX_AVX512_K_WIDE_ACT   6
 
 void fx_avx512_tile_q8_0(const struct fx_r16_tile *t);
 void fx_avx512_tile_q4_0(const struct fx_r16_tile *t);

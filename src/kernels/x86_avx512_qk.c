@@ -112,37 +112,46 @@ FX_INLINE __m512i q6_codes(int qt, __m512i ql, __m512i qh) {
 
 /* Unsigned codes of group gg (elements 4gg..4gg+3 of the sub-block) of sub-block s. */
 FX_INLINE __m512i k_codes(enum fx_type type, const uint8_t *p, int s, int gg) {
+    /* Offsets as a part that depends on s plus one on gg alone, in size_t: where s is not a
+     * compile-time constant (the wide tiles' loop over sub-blocks), the first is computed once
+     * per sub-block and each group's load takes a constant displacement from it. In int
+     * arithmetic GCC recomputed and sign-extended every group's offset (5 instructions per group
+     * and panel). */
+    size_t sb = (size_t)(unsigned)s;
     switch (type) {
     case FX_TYPE_Q4_K:
     case FX_TYPE_Q5_K: {
         bool five = type == FX_TYPE_Q5_K;
-        __m512i x = load512(p + (five ? 832 : 320) + 64 * (8 * (s / 2) + gg));
+        __m512i x = load512(p + (five ? 832 : 320) + 512 * (sb / 2) + 64 * gg);
         __m512i q = s % 2 ? nib_hi(x) : nib_lo(x);
         if (five)
-            q = _mm512_mask_add_epi8(q, load_mask64(p + 320 + 8 * (8 * s + gg)), q,
+            q = _mm512_mask_add_epi8(q, load_mask64(p + 320 + 64 * sb + 8 * gg), q,
                                      _mm512_set1_epi8(16));
         return q;
     }
     case FX_TYPE_Q2_K:
     case FX_TYPE_Q3_K: {
         /* s = 8n + 2j + k: half n, 2-bit field j, group g = 4k + gg. */
-        int n = s / 8, j = (s % 8) / 2, g = 4 * (s % 2) + gg;
+        size_t n = sb / 8, k = sb % 2;
+        int j = (s % 8) / 2;
         bool three = type == FX_TYPE_Q3_K;
-        __m512i x = load512(p + (three ? 288 : 320) + 64 * (8 * n + g));
+        __m512i x = load512(p + (three ? 288 : 320) + 512 * n + 256 * k + 64 * gg);
         __m512i q = _mm512_and_si512(_mm512_srli_epi16(x, 2 * j), _mm512_set1_epi8(3));
         if (three)
-            q = _mm512_mask_add_epi8(q, load_mask64(p + 1312 + 8 * (8 * (4 * n + j) + g)), q,
-                                     _mm512_set1_epi8(4));
+            q = _mm512_mask_add_epi8(
+                q, load_mask64(p + 1312 + 64 * (4 * n + (size_t)j) + 32 * k + 8 * gg), q,
+                _mm512_set1_epi8(4));
         return q;
     }
     case FX_TYPE_IQ4_XS: { /* group gg of sub-block s: nibbles of qs line 4s + gg % 4 */
-        __m512i x = load512(p + 160 + 64 * (4 * s + gg % 4));
+        __m512i x = load512(p + 160 + 256 * sb + 64 * (gg % 4));
         return _mm512_shuffle_epi8(iq4nl_lut(), gg < 4 ? nib_lo(x) : nib_hi(x));
     }
     default: { /* Q6_K: s = 8h + 2qt + lh, group g = 4lh + gg */
-        int h = s / 8, qt = (s % 8) / 2, g = 4 * (s % 2) + gg;
-        __m512i ql = load512(p + 288 + 64 * (8 * (2 * h + qt % 2) + g));
-        __m512i qh = load512(p + 2336 + 64 * (8 * h + g));
+        size_t h = sb / 8, lh = sb % 2;
+        int qt = (s % 8) / 2;
+        __m512i ql = load512(p + 288 + 512 * (2 * h + (size_t)(qt % 2)) + 256 * lh + 64 * gg);
+        __m512i qh = load512(p + 2336 + 512 * h + 256 * lh + 64 * gg);
         return q6_codes(qt, ql, qh);
     }
     }
