@@ -113,6 +113,26 @@ FX_TEST(sample_greedy_is_argmax_with_ties_to_lowest_id) {
     free(l);
 }
 
+FX_TEST(sample_greedy_skips_nan_and_fails_without_a_possible_token) {
+    const int n = 8;
+    struct fx_sampler_params p = fx_sampler_default_params();
+    p.temperature = 0.0f;
+    struct fx_sampler *s = make_sampler(n, &p);
+    fx_token got = -1;
+    /* NaN never wins, wherever it is; +inf does, the first of them. */
+    float a[8] = {NAN, -1.0f, 2.0f, NAN, 2.0f, -INFINITY, 1.0f, NAN};
+    assert_int_equal(fx_sampler_sample(s, a, &got, NULL), FX_OK);
+    assert_int_equal(got, 2);
+    float b[8] = {-INFINITY, NAN, INFINITY, 3.0f, INFINITY, NAN, 0.0f, 1.0f};
+    assert_int_equal(fx_sampler_sample(s, b, &got, NULL), FX_OK);
+    assert_int_equal(got, 2);
+    /* Only NaN and -inf: no token is possible, an error as with any other sampler. */
+    float c[8] = {NAN, -INFINITY, NAN, NAN, -INFINITY, NAN, NAN, -INFINITY};
+    struct fx_error err = {0};
+    assert_int_equal(fx_sampler_sample(s, c, &got, &err), FX_ERR_INVALID_ARG);
+    fx_sampler_free(s);
+}
+
 /* ---- top-k ---------------------------------------------------------------------------------- */
 
 FX_TEST(sample_top_k_keeps_the_k_best_in_order) {

@@ -136,8 +136,28 @@ fx_status fx_sampler_candidates(struct fx_sampler *s, const float *logits,
     return FX_OK;
 }
 
+/* Greedy decoding where nothing changes a logit (no bias, no active penalty): the chain's choice is
+ * the first largest logit (NaN never wins, as in fx_cands_from_logits), found in one pass over
+ * the logits instead of building the candidates. False where no logit is above -inf: the chain
+ * then reports it. */
+static bool plain_greedy(const struct fx_sampler *s, const float *logits, fx_token *out) {
+    if (s->params.temperature > 0.0f || s->params.n_logit_bias > 0 || s->pen.ring)
+        return false;
+    float best = -INFINITY;
+    int32_t best_id = -1;
+    for (int32_t i = 0; i < s->n_vocab; i++)
+        if (logits[i] > best) {
+            best = logits[i];
+            best_id = i;
+        }
+    *out = best_id;
+    return best_id >= 0;
+}
+
 fx_status fx_sampler_sample(struct fx_sampler *s, const float *logits, fx_token *out,
                             struct fx_error *err) {
+    if (plain_greedy(s, logits, out))
+        return FX_OK;
     const struct fx_cands *c;
     fx_status st = fx_sampler_candidates(s, logits, &c, err);
     if (st != FX_OK)
