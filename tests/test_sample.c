@@ -113,6 +113,31 @@ FX_TEST(sample_greedy_is_argmax_with_ties_to_lowest_id) {
     free(l);
 }
 
+FX_TEST(sample_greedy_skips_nan_and_fails_without_a_possible_token) {
+    /* 11 tokens: the greedy pass keeps 8 interleaved maxima and then a tail of 3. */
+    const int n = 11;
+    struct fx_sampler_params p = fx_sampler_default_params();
+    p.temperature = 0.0f;
+    struct fx_sampler *s = make_sampler(n, &p);
+    fx_token got = -1;
+    /* NaN never wins, wherever it is; a tie goes to the lowest id across lanes and the tail. */
+    float a[11] = {NAN, -1.0f, 1.0f, NAN, 2.0f, -INFINITY, 1.0f, NAN, 0.0f, 2.0f, 2.0f};
+    assert_int_equal(fx_sampler_sample(s, a, &got, NULL), FX_OK);
+    assert_int_equal(got, 4);
+    float b[11] = {0.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 3.0f, 3.0f};
+    assert_int_equal(fx_sampler_sample(s, b, &got, NULL), FX_OK);
+    assert_int_equal(got, 9);
+    /* +inf wins, the first of them. */
+    float c[11] = {-INFINITY, NAN, 5.0f, 3.0f, 1.0f, NAN, 0.0f, 1.0f, INFINITY, 4.0f, INFINITY};
+    assert_int_equal(fx_sampler_sample(s, c, &got, NULL), FX_OK);
+    assert_int_equal(got, 8);
+    /* Only NaN and -inf: no token is possible, an error as with any other sampler. */
+    float d[11] = {NAN, -INFINITY, NAN, NAN, -INFINITY, NAN, NAN, -INFINITY, NAN, NAN, -INFINITY};
+    struct fx_error err = {0};
+    assert_int_equal(fx_sampler_sample(s, d, &got, &err), FX_ERR_INVALID_ARG);
+    fx_sampler_free(s);
+}
+
 /* ---- top-k ---------------------------------------------------------------------------------- */
 
 FX_TEST(sample_top_k_keeps_the_k_best_in_order) {

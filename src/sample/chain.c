@@ -136,8 +136,47 @@ fx_status fx_sampler_candidates(struct fx_sampler *s, const float *logits,
     return FX_OK;
 }
 
+/* Greedy decoding where nothing changes a logit (no bias, no active penalty): the chain's choice is
+ * the first largest logit (NaN never wins, as in fx_cands_from_logits), found in one pass over
+ * the logits instead of building the candidates. The pass keeps GREEDY_LANES running maxima of
+ * interleaved elements, independent chains of comparisons that the CPU overlaps, and each lane
+ * keeps its first largest, so the lowest id among the lanes' tied maxima is the first overall.
+ * False where no logit is above -inf: the chain then reports it. */
+#define GREEDY_LANES 8
+
+static bool plain_greedy(const struct fx_sampler *s, const float *logits, fx_token *out) {
+    if (s->params.temperature > 0.0f || s->params.n_logit_bias > 0 || s->pen.ring)
+        return false;
+    float best[GREEDY_LANES];
+    int32_t best_id[GREEDY_LANES];
+    for (int k = 0; k < GREEDY_LANES; k++) {
+        best[k] = -INFINITY;
+        best_id[k] = -1;
+    }
+    int32_t i = 0;
+    for (; i + GREEDY_LANES <= s->n_vocab; i += GREEDY_LANES)
+        for (int k = 0; k < GREEDY_LANES; k++)
+            if (logits[i + k] > best[k]) {
+                best[k] = logits[i + k];
+                best_id[k] = i + k;
+            }
+    for (int k = 0; i < s->n_vocab; i++, k++)
+        if (logits[i] > best[k]) {
+            best[k] = logits[i];
+            best_id[k] = i;
+        }
+    int32_t win = 0;
+    for (int k = 1; k < GREEDY_LANES; k++)
+        if (best[k] > best[win] || (best[k] == best[win] && best_id[k] < best_id[win]))
+            win = k;
+    *out = best_id[win];
+    return best_id[win] >= 0;
+}
+
 fx_status fx_sampler_sample(struct fx_sampler *s, const float *logits, fx_token *out,
                             struct fx_error *err) {
+    if (plain_greedy(s, logits, out))
+        return FX_OK;
     const struct fx_cands *c;
     fx_status st = fx_sampler_candidates(s, logits, &c, err);
     if (st != FX_OK)
