@@ -169,14 +169,17 @@ static void group_rows(const struct fx_chunk *c, const struct fx_layer *l, int64
     int64_t d = hp->ssm_d_state, n_hk = hp->n_ssm_k_heads, n_hv = hp->n_ssm_v_heads;
     int64_t key_dim = d * n_hk;
     const struct fx_mat *out[1] = {&l->ssm_out};
-    prefetch_conv(c, l, hk * d, (hk + 1) * d);
-    prefetch_conv(c, l, key_dim + hk * d, key_dim + (hk + 1) * d);
-    for (int64_t hv = hk; hv < n_hv; hv += n_hk)
-        prefetch_conv(c, l, 2 * key_dim + hv * d, 2 * key_dim + (hv + 1) * d);
-    conv_channels(c, l, hk * d, (hk + 1) * d, conv_dim);
-    conv_channels(c, l, key_dim + hk * d, key_dim + (hk + 1) * d, conv_dim);
-    for (int64_t hv = hk; hv < n_hv; hv += n_hk)
-        conv_channels(c, l, 2 * key_dim + hv * d, 2 * key_dim + (hv + 1) * d, conv_dim);
+    /* The group's d-channel ranges: q of hk, k of hk, then v of hk, hk + HK, ...; every range's
+     * lines asked for (pass 0) before the first conv (pass 1). */
+    int64_t n_ranges = 2 + (n_hv - hk + n_hk - 1) / n_hk;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t r = 0; r < n_ranges; r++) {
+            int64_t b = r < 2 ? r * key_dim + hk * d : 2 * key_dim + (hk + (r - 2) * n_hk) * d;
+            if (pass == 0)
+                prefetch_conv(c, l, b, b + d);
+            else
+                conv_channels(c, l, b, b + d, conv_dim);
+        }
     gates_rows(c, l, hk, conv_dim);
     for (int64_t hv = hk; hv < n_hv; hv += n_hk) {
         head_rows(c, l, hv, conv_dim, work);
