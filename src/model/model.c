@@ -206,9 +206,7 @@ void fx_model_free(struct fx_model *m) {
     fx_xcache_free(m->xcache);
     for (int64_t i = 0; i < m->n_vecs; i++)
         free(m->vecs[i]);
-    for (int64_t i = 0; i < m->n_packs; i++)
-        free(m->packs[i]);
-    free(m->packs);
+    free(m->packed);
     free(m->vecs);
     free(m->layers);
     free(m->mtp);

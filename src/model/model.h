@@ -161,8 +161,7 @@ struct fx_model {
     struct fx_mtp *mtp;      /* [n_nextn], NULL when none */
     float **vecs;            /* every owned vector copy, freed with the model */
     int64_t n_vecs, cap_vecs;
-    void **packs; /* the allocation of the packed weight copies (model/pack.c), freed with it */
-    int64_t n_packs;
+    void *packed; /* the one allocation of the packed weight copies (model/pack.c), or NULL */
     /* The cache the experts are read into (model/expert_cache.h), or NULL when they are
      * resident. The one part of a model that changes after loading; it has its own lock. */
     struct fx_xcache *xcache;

@@ -137,9 +137,8 @@ fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, bool expert
         return st;
     p.items = calloc((size_t)p.n_items, sizeof *p.items);
     p.targets = calloc((size_t)p.n_targets, sizeof *p.targets);
-    m->packs = calloc(1, sizeof *m->packs);
     struct fx_pool *pool = NULL;
-    if (!p.items || !p.targets || !m->packs) {
+    if (!p.items || !p.targets) {
         st = fx_error_set(err, FX_ERR_NOMEM, FX_NO_OFFSET, "out of memory");
         goto done;
     }
@@ -149,7 +148,7 @@ fx_status fx_model_pack(struct fx_model *m, const struct fx_gguf *g, bool expert
                           (unsigned long long)p.bytes);
         goto done;
     }
-    m->packs[m->n_packs++] = p.arena;
+    m->packed = p.arena;
     p.counting = false;
     p.n_items = p.n_targets = 0;
     p.bytes = 0;
