@@ -103,15 +103,14 @@ FX_INLINE void transpose16(__m512 r[16]) {
     }
 }
 
-/* The first n of 16 lanes. */
-FX_INLINE __mmask16 lanes16(int n) {
-    return (__mmask16)((1u << n) - 1);
+/* The first n lanes of 16 (n clamped to 0 .. 16). */
+FX_INLINE __mmask16 lanes16(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
 /* The lanes of panel p (0, or 1 in a wide tile) that hold valid rows: rows 16p.. of the tile. */
 FX_INLINE __mmask16 panel_lanes(const struct fx_r16_tile *t, int p) {
-    int n = t->n_rows - FX_R16_ROWS * p;
-    return n >= FX_R16_ROWS ? (__mmask16)0xffff : lanes16(n > 0 ? n : 0);
+    return lanes16(t->n_rows - FX_R16_ROWS * p);
 }
 
 /* A tile's accumulators for panel p and activation row j: zero at the start of a row, else what

@@ -7,13 +7,9 @@
 #include "kernels/x86_avx512_ssm.h"
 
 #include "kernels/generic.h"
+#include "kernels/x86_avx512.h"
 
 #include <immintrin.h>
-
-/* The first n (clamped to 0..16) lanes. */
-static inline __mmask16 lanes16(int64_t n) {
-    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
-}
 
 static inline float dot(const float *a, const float *b, int64_t n) {
     __m512 acc = _mm512_setzero_ps();
