@@ -307,7 +307,7 @@ void fx_mat_set_packed(const struct fx_kernels *k, struct fx_mat *w, const void 
 _Static_assert(2 * RUN_BIG <= RUN_SMALL, "pack buffer");
 /* Activation metadata kept at once (12 bytes each): for up to 8 activation rows, the whole row
  * of up to 8192 elements, so that a panel streams from memory in one piece; for big batches, a
- * chunk of 128 rows of one run. */
+ * chunk of 64 rows of one run (CHUNK_ROWS). */
 #define META_ENTRIES 2048
 _Static_assert(META_ENTRIES >= FX_R16_MAX_ACT * (RUN_SMALL / FX_QK), "metadata of a run");
 /* Activation rows per chunk of a big batch: a run of the chunk's activations (70 KB of Q8_0, 75
