@@ -1,5 +1,5 @@
 /* cuda: decode attention over a contiguous f32 or f16 KV cache, against the generic table's
- * online softmax (fx_attn_begin, attn_run in runs of FX_ATTN_RUN keys, attn_finish), with GQA,
+ * online softmax (attn_begin, attn_run in runs of FX_ATTN_RUN keys, attn_finish), with GQA,
  * sliding windows, softcaps and sinks.
  *
  * Tolerance: 2e-5 of the largest |v| of the head's keys. The device sums each score's dot
@@ -37,7 +37,7 @@ static void cpu_attention(const struct attn_case *c, const float *q, const float
     assert_non_null(mem);
     for (int64_t kvh = 0; kvh < c->n_head_kv; kvh++) {
         struct fx_attn_state st;
-        fx_attn_begin(&st, mem, q + kvh * group * dim, group * dim, 1, group, dim, dim);
+        g->attn_begin(&st, mem, q + kvh * group * dim, group * dim, 1, group, dim, dim);
         const float *kh = k + kvh * ctx * dim, *vh = v + kvh * ctx * dim;
         for (int64_t r0 = 0; r0 < c->n_keys; r0 += FX_ATTN_RUN) {
             int64_t n = c->n_keys - r0 < FX_ATTN_RUN ? c->n_keys - r0 : FX_ATTN_RUN;

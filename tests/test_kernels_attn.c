@@ -1,4 +1,4 @@
-/* kernels: attention (fx_attn_begin / attn_run / attn_finish), in every table this CPU runs,
+/* kernels: attention (attn_begin / attn_run / attn_finish), in every table this CPU runs,
  * against a float64 softmax attention, and the contract that an output's bits depend only on its
  * query, its keys and the runs they are fed in (not on which other queries share the state, nor
  * on the keys those see). */
@@ -54,7 +54,7 @@ static void attend(const struct fx_kernels *k, const struct case_data *d,
     for (int o = 0; o < n_rows * group; o++)
         memcpy(q + o * dim, d->q[q0 + o], sizeof(float) * (size_t)dim);
     struct fx_attn_state st;
-    fx_attn_begin(&st, mem, q, group * dim, n_rows, group, dim, dim);
+    k->attn_begin(&st, mem, q, group * dim, n_rows, group, dim, dim);
     for (int t0 = 0; t0 < N_KEYS; t0 += FX_ATTN_RUN) {
         int32_t first[N_Q], last[N_Q], n_keys = 0;
         for (int r = 0; r < n_rows; r++) {

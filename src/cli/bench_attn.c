@@ -45,7 +45,7 @@ static void attend_head(const struct attn_job *j, int il, int g, float *state, f
     struct fx_kv_step s = {.kind = FX_KV_CONTIG,
                            .u.contig = {.kv = j->kv, .pos0 = j->depth - j->rows}};
     struct fx_attn_state st;
-    fx_attn_begin(&st, state, j->q + (int64_t)g * j->group * hd, n_q * hd, j->rows, j->group, hd,
+    k->attn_begin(&st, state, j->q + (int64_t)g * j->group * hd, n_q * hd, j->rows, j->group, hd,
                   hd);
     for (int32_t t0 = 0; t0 < j->depth; t0 += FX_ATTN_RUN) {
         int32_t n = j->depth - t0 < FX_ATTN_RUN ? j->depth - t0 : FX_ATTN_RUN;

@@ -95,7 +95,7 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
     int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
     int group = hp->n_head / hp->n_head_kv;
     struct fx_attn_state st;
-    fx_attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
+    k->attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
                   hp->n_head * hd, n, group, hd, hd_v);
     const int32_t *lo = bk->lo, *pos = bk->pos;
     int32_t pos_max = bk->pos_max;

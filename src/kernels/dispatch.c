@@ -68,6 +68,7 @@ static void merge(struct fx_kernels *t, const struct fx_kernels *over,
     TAKE(add);
     TAKE(scale);
     TAKE(axpy);
+    TAKE(attn_begin);
     TAKE(attn_run);
     TAKE(attn_finish);
     TAKE(kv_store);

@@ -61,6 +61,7 @@ const struct fx_kernels fx_kernels_generic = {
     .scale = fx_scale_generic,
     .axpy = fx_axpy_generic,
     .attn_run = fx_attn_run_generic,
+    .attn_begin = fx_attn_begin_generic,
     .attn_finish = fx_attn_finish_generic,
     .kv_store = fx_kv_store_generic,
     .kv_load = fx_kv_load_generic,

@@ -156,6 +156,13 @@ void fx_attn_prefetch_next(const struct fx_kv_run *keys, const struct fx_kv_run 
 void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                          const struct fx_kv_run *keys, const struct fx_kv_run *values,
                          int64_t n_keys, float scale, float softcap);
+void fx_attn_begin_generic(struct fx_attn_state *st, float *mem, const float *q,
+                           int64_t q_row_stride, int64_t n_rows, int64_t group, int64_t dim_k,
+                           int64_t dim_v);
+/* What attn_finish multiplies output o's accumulators by: 1 / l, or with a sink (NULL: none)
+ * e^(m - top) / (l e^(m - top) + e^(sink - top)), top the larger of m and the sink; 0 for an
+ * output that saw nothing. */
+float fx_attn_finish_factor(float m, float l, const float *sink);
 void fx_attn_finish_generic(float *out, int64_t out_stride, const float *acc, const float *m,
                             const float *l, const float *sinks, int64_t n_q, int64_t dim_v);
 int64_t fx_argmax_generic(const float *x, int64_t n);

@@ -1,4 +1,4 @@
-/* Attention with an online softmax (kernels.h, fx_attn_begin / attn_run / attn_finish): the
+/* Attention with an online softmax (kernels.h, attn_begin / attn_run / attn_finish): the
  * state every table shares, and the plain C reference, query by query. Each key's score is a
  * dot product summed in element order; the weights are summed in the contract's order (sixteen
  * partials by key mod 16, then pairwise); the values are accumulated in key order, each step a
@@ -14,8 +14,8 @@ int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v) {
            (dim_k + 15) / 16 * 16 * FX_ATTN_RUN + FX_ATTN_RUN * ((dim_k + dim_v + 15) / 16 * 16);
 }
 
-void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
-                   int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v) {
+void fx_attn_layout(struct fx_attn_state *st, float *mem, int64_t n_rows, int64_t group,
+                    int64_t dim_k, int64_t dim_v) {
     int64_t n_q = n_rows * group, n_pad = (n_q + 15) / 16 * 16;
     *st = (struct fx_attn_state){.n_rows = n_rows,
                                  .group = group,
@@ -32,24 +32,30 @@ void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t
     st->acc = st->c + n_pad;
     st->kt = st->acc + (n_q * dim_v + 15) / 16 * 16;
     st->rows = st->kt + (dim_k + 15) / 16 * 16 * FX_ATTN_RUN;
-    /* The padding lanes zero (the whole of qt, in vector stores, before the queries' lanes are
-     * written one float at a time: decode's 2-8 queries fill a few of 16 lanes), then each
-     * query's lane. */
-    if (n_q < n_pad)
-        memset(st->qt, 0, (size_t)(dim_k * n_pad) * sizeof(float));
-    for (int64_t r = 0; r < n_rows; r++)
-        for (int64_t h = 0; h < group; h++) {
-            const float *qo = q + r * q_row_stride + h * dim_k;
-            float *lane = st->qt + r * group + h;
-            for (int64_t i = 0; i < dim_k; i++)
-                lane[i * n_pad] = qo[i];
-        }
     for (int64_t o = 0; o < n_pad; o++) {
         st->m[o] = -INFINITY;
         st->l[o] = 0.0f;
     }
     for (int64_t i = 0; i < n_q * dim_v; i++)
         st->acc[i] = 0.0f;
+}
+
+void fx_attn_begin_generic(struct fx_attn_state *st, float *mem, const float *q,
+                           int64_t q_row_stride, int64_t n_rows, int64_t group, int64_t dim_k,
+                           int64_t dim_v) {
+    fx_attn_layout(st, mem, n_rows, group, dim_k, dim_v);
+    /* The padding lanes zero (the whole of qt, in vector stores, before the queries' lanes are
+     * written one float at a time: decode's 2-8 queries fill a few of 16 lanes), then each
+     * query's lane. */
+    if (st->n_q < st->n_pad)
+        memset(st->qt, 0, (size_t)(dim_k * st->n_pad) * sizeof(float));
+    for (int64_t r = 0; r < n_rows; r++)
+        for (int64_t h = 0; h < group; h++) {
+            const float *qo = q + r * q_row_stride + h * dim_k;
+            float *lane = st->qt + r * group + h;
+            for (int64_t i = 0; i < dim_k; i++)
+                lane[i * st->n_pad] = qo[i];
+        }
 }
 
 void fx_attn_rows_f32(fx_kv_load_fn load, fx_kv_load_tile_fn load_tile, const struct fx_kv_run *r,
@@ -124,23 +130,23 @@ void fx_attn_run_generic(struct fx_attn_state *st, const int32_t *first, const i
     }
 }
 
+float fx_attn_finish_factor(float m, float l, const float *sink) {
+    if (sink) { /* rescale to the larger of the two maxima so that nothing overflows */
+        float top = *sink > m ? *sink : m;
+        float c = expf(m - top);
+        l = l * c + expf(*sink - top);
+        return l > 0.0f ? c / l : 0.0f;
+    }
+    return l > 0.0f ? 1.0f / l : 0.0f;
+}
+
 void fx_attn_finish_generic(float *out, int64_t out_stride, const float *acc, const float *m,
                             const float *l, const float *sinks, int64_t n_q, int64_t dim_v) {
     for (int64_t o = 0; o < n_q; o++) {
         float *y = out + o * out_stride;
         const float *a = acc + o * dim_v;
-        float mo = m[o], lo = l[o];
-        if (sinks) { /* rescale to the larger of the two maxima so that nothing overflows */
-            float top = sinks[o] > mo ? sinks[o] : mo;
-            lo = lo * expf(mo - top) + expf(sinks[o] - top);
-            float c = expf(mo - top);
-            float inv = lo > 0.0f ? c / lo : 0.0f;
-            for (int64_t i = 0; i < dim_v; i++)
-                y[i] = a[i] * inv;
-            continue;
-        }
-        float inv = lo > 0.0f ? 1.0f / lo : 0.0f;
+        float f = fx_attn_finish_factor(m[o], l[o], sinks ? sinks + o : NULL);
         for (int64_t i = 0; i < dim_v; i++)
-            y[i] = a[i] * inv;
+            y[i] = a[i] * f;
     }
 }

@@ -165,10 +165,10 @@ struct fx_attn_state {
 
 /* Floats of memory an attention state of n_q queries needs (a multiple of 16). */
 int64_t fx_attn_state_floats(int64_t n_q, int64_t dim_k, int64_t dim_v);
-/* Lays out st in mem (fx_attn_state_floats floats, 64-byte aligned) and starts it: the queries
- * of row r, head h at q + r * q_row_stride + h * dim_k; no keys seen. */
-void fx_attn_begin(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
-                   int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v);
+/* Lays out st in mem (fx_attn_state_floats floats, 64-byte aligned) with no keys seen: every
+ * array but qt, which a table's attn_begin then fills. */
+void fx_attn_layout(struct fx_attn_state *st, float *mem, int64_t n_rows, int64_t group,
+                    int64_t dim_k, int64_t dim_v);
 
 /* The gated delta rule (Gated DeltaNet) per token t of one head, d x d state M (i indexes keys,
  * j values), decay e^(g_t):
@@ -233,7 +233,7 @@ struct fx_kernels {
     void (*scale)(float *out, const float *x, float s, int64_t n);      /* out may be x */
     void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
     /* Attention, one run of consecutive keys at a time (online softmax), for the queries of a
-     * struct fx_attn_state (fx_attn_begin). Row r's queries see keys first[r] .. last[r] of the
+     * struct fx_attn_state (attn_begin). Row r's queries see keys first[r] .. last[r] of the
      * run (none when first[r] > last[r]); for each query o and the keys j it sees (rows j of
      * keys and values, taken as kv_load's exact f32):
      *   s_j = scale * (q_o . k_j), then s_j = softcap * tanh(s_j / softcap) when softcap > 0
@@ -248,6 +248,10 @@ struct fx_kernels {
      * work where it can: a burst of a whole run's lines stalls the core until most arrive. (A
      * kernel may ask for rows nearer their use instead: this run's values while it scores, the
      * next run's keys while it sums values.) */
+    /* Starts an attention state in mem (fx_attn_layout) with the queries of row r, head h at
+     * q + r * q_row_stride + h * dim_k in st->qt. */
+    void (*attn_begin)(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
+                       int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v);
     void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                      const struct fx_kv_run *keys, const struct fx_kv_run *values, int64_t n_keys,
                      float scale, float softcap);

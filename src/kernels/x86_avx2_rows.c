@@ -1,5 +1,5 @@
 /* AVX2 row operations: RMS norm, softmax, SiLU and its gated product, add, scale, axpy and rope.
- * The AVX-512 table inherits them (rows are short and memory-bound; 256-bit vectors suffice).
+ * The AVX-512 table inherits them but SiLU and its gated product (x86_avx512_rows.c).
  *
  * Each computes what the generic one does, in the same f32 operations where it can: add, scale,
  * axpy and rope give the generic bits (no fused multiply-add); RMS norm keeps its sum of squares in

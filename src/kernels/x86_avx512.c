@@ -13,6 +13,7 @@
 #include "kernels/x86_avx512.h"
 
 #include "kernels/x86_avx512_attn.h"
+#include "kernels/x86_avx512_rows.h"
 #include "kernels/x86_avx512_ssm.h"
 
 #include "kernels/float_entry.h"
@@ -162,10 +163,19 @@ const struct fx_kernels fx_kernels_avx512_part = {
             [FX_TYPE_F32] = {.vec_dot = vec_dot_f32, .matmul = matmul_f32},
             [FX_TYPE_F16] = {.vec_dot = vec_dot_f16, .matmul = matmul_f16},
             [FX_TYPE_BF16] = {.vec_dot = vec_dot_bf16, .matmul = matmul_bf16},
-            [FX_TYPE_Q8_0] = FX_R16_OPS(q8_0),
+            [FX_TYPE_Q8_0] = {.quantize_act = fx_avx512_quantize_act_q8_0,
+                              .vec_dot = vec_dot_q8_0,
+                              .matmul = matmul_r16,
+                              .act_meta = act_meta_q8_0,
+                              .pack_kind = FX_PACK_R16},
+            [FX_TYPE_Q8_1] = {.quantize_act = fx_avx512_quantize_act_q8_1},
             FX_R16_TYPES_BUT_Q8_0,
         },
+    .act = {[FX_ACT_SILU] = fx_avx512_silu},
+    .glu = {[FX_ACT_SILU] = fx_avx512_swiglu},
+    .attn_begin = fx_attn_begin_avx512,
     .attn_run = fx_attn_run_avx512,
+    .attn_finish = fx_attn_finish_avx512,
     .kv_store = fx_avx512_kv_store,
     .kv_load = fx_avx512_kv_load,
     .kv_load_tile = fx_avx512_kv_load_tile,

@@ -7,6 +7,11 @@
 #include "kernels/kernels.h"
 #include "kernels/types.h"
 
+void fx_attn_begin_avx512(struct fx_attn_state *st, float *mem, const float *q,
+                          int64_t q_row_stride, int64_t n_rows, int64_t group, int64_t dim_k,
+                          int64_t dim_v);
+void fx_attn_finish_avx512(float *out, int64_t out_stride, const float *acc, const float *m,
+                           const float *l, const float *sinks, int64_t n_q, int64_t dim_v);
 void fx_attn_run_avx512(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                         const struct fx_kv_run *keys, const struct fx_kv_run *values,
                         int64_t n_keys, float scale, float softcap);
