@@ -169,6 +169,7 @@ const struct fx_kernels fx_kernels_avx512_part = {
                               .act_meta = act_meta_q8_0,
                               .pack_kind = FX_PACK_R16},
             [FX_TYPE_Q8_1] = {.quantize_act = fx_avx512_quantize_act_q8_1},
+            [FX_TYPE_Q8_K] = {.quantize_act = fx_avx512_quantize_act_q8_K},
             FX_R16_TYPES_BUT_Q8_0,
         },
     .act = {[FX_ACT_SILU] = fx_avx512_silu},

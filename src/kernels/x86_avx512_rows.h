@@ -6,6 +6,7 @@
 
 void fx_avx512_quantize_act_q8_0(const float *restrict src, void *restrict dst, int64_t n);
 void fx_avx512_quantize_act_q8_1(const float *restrict src, void *restrict dst, int64_t n);
+void fx_avx512_quantize_act_q8_K(const float *restrict src, void *restrict dst, int64_t n);
 void fx_avx512_silu(float *out, const float *x, int64_t n);
 void fx_avx512_swiglu(float *out, const float *g, const float *u, int64_t n);
 
