@@ -232,6 +232,10 @@ struct fx_kernels {
     void (*add)(float *out, const float *a, const float *b, int64_t n); /* out may be a or b */
     void (*scale)(float *out, const float *x, float s, int64_t n);      /* out may be x */
     void (*axpy)(float *y, const float *x, float a, int64_t n);         /* y += a * x */
+    /* Starts an attention state in mem (fx_attn_layout) with the queries of row r, head h at
+     * q + r * q_row_stride + h * dim_k in st->qt. */
+    void (*attn_begin)(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
+                       int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v);
     /* Attention, one run of consecutive keys at a time (online softmax), for the queries of a
      * struct fx_attn_state (attn_begin). Row r's queries see keys first[r] .. last[r] of the
      * run (none when first[r] > last[r]); for each query o and the keys j it sees (rows j of
@@ -248,10 +252,6 @@ struct fx_kernels {
      * work where it can: a burst of a whole run's lines stalls the core until most arrive. (A
      * kernel may ask for rows nearer their use instead: this run's values while it scores, the
      * next run's keys while it sums values.) */
-    /* Starts an attention state in mem (fx_attn_layout) with the queries of row r, head h at
-     * q + r * q_row_stride + h * dim_k in st->qt. */
-    void (*attn_begin)(struct fx_attn_state *st, float *mem, const float *q, int64_t q_row_stride,
-                       int64_t n_rows, int64_t group, int64_t dim_k, int64_t dim_v);
     void (*attn_run)(struct fx_attn_state *st, const int32_t *first, const int32_t *last,
                      const struct fx_kv_run *keys, const struct fx_kv_run *values, int64_t n_keys,
                      float scale, float softcap);
