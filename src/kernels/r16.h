@@ -233,8 +233,13 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
     }
 #define FX_R16_K_OPS(name)                                                                         \
     { .vec_dot = vec_dot_##name, .matmul = matmul_r16, .pack_kind = FX_PACK_R16 }
-/* A SIMD table's fx_kernels entries of the R16 formats but Q8_0 (whose entry also holds a
- * table's activation quantizer). */
+/* Q8_0's entry, which also holds the table's Q8_0 activation quantizer. */
+#define FX_R16_Q8_0_OPS(quantize)                                                                  \
+    {                                                                                              \
+        .quantize_act = quantize, .vec_dot = vec_dot_q8_0, .matmul = matmul_r16,                   \
+        .act_meta = act_meta_q8_0, .pack_kind = FX_PACK_R16                                        \
+    }
+/* A SIMD table's fx_kernels entries of the R16 formats but Q8_0 (FX_R16_Q8_0_OPS). */
 #define FX_R16_TYPES_BUT_Q8_0                                                                      \
     [FX_TYPE_Q4_0] = FX_R16_OPS(q4_0), [FX_TYPE_Q4_1] = FX_R16_OPS(q4_1),                          \
     [FX_TYPE_Q5_0] = FX_R16_OPS(q5_0), [FX_TYPE_Q5_1] = FX_R16_OPS(q5_1),                          \

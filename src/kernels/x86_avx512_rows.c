@@ -103,8 +103,8 @@ void fx_avx512_quantize_act_q8_K(const float *restrict src, void *restrict dst, 
                                         _mm512_set1_epi32(127));
                 _mm_storeu_si128((__m128i *)(b->qs + k + 16 * l), _mm512_cvtepi32_epi8(q[l]));
             }
-            _mm_storel_epi64((__m128i *)(b->bsums + k / 16),
-                             _mm_packs_epi32(sums16_x4(q), sums16_x4(q)));
+            __m128i sums = sums16_x4(q);
+            _mm_storel_epi64((__m128i *)(b->bsums + k / 16), _mm_packs_epi32(sums, sums));
         }
         b->d = 1 / iscale;
     }
