@@ -138,6 +138,90 @@ FX_TEST(sample_greedy_skips_nan_and_fails_without_a_possible_token) {
     fx_sampler_free(s);
 }
 
+FX_TEST(sample_greedy_with_logit_bias_matches_the_chain) {
+    /* The greedy pass skips the biased tokens and compares them afterwards; the chain adds the
+     * biases to its candidates. Both must pick the same token: checked against a reference here
+     * and against the chain's own candidates, with quarter-valued logits and biases (exact in
+     * float, so ties are real), NaN, bans on the best token, boosts, a token listed twice and
+     * biased tokens at both ends of the vocabulary. */
+    struct fx_test_rng r = {11};
+    const int n = 203; /* 25 full lanes and a tail */
+    float l[203];
+    for (int trial = 0; trial < 400; trial++) {
+        random_logits(&r, l, n, true);
+        for (int k = 0; k < 3; k++)
+            l[fx_test_rng_u64(&r) % n] = NAN;
+        struct fx_logit_bias bias[6];
+        size_t nb = 1 + fx_test_rng_u64(&r) % 6;
+        for (size_t b = 0; b < nb; b++) {
+            uint64_t kind = fx_test_rng_u64(&r) % 4;
+            fx_token t = (fx_token)(fx_test_rng_u64(&r) % n);
+            if (b == 0)
+                t = trial % 3 == 0 ? 0 : trial % 3 == 1 ? n - 1 : t;
+            if (b == 1 && trial % 5 == 0)
+                t = bias[0].token; /* one token twice */
+            float v = kind == 0 ? -INFINITY : (float)((int)(fx_test_rng_u64(&r) % 41) - 20) / 4;
+            bias[b] = (struct fx_logit_bias){t, v};
+        }
+        /* The reference: each token's logit (NaN as -inf) plus its biases, the first largest. */
+        double want_v = -INFINITY;
+        int want = -1;
+        for (int i = 0; i < n; i++) {
+            double x = isnan(l[i]) ? -INFINITY : l[i];
+            for (size_t b = 0; b < nb; b++)
+                if (bias[b].token == i)
+                    x += bias[b].bias;
+            if (x > want_v) {
+                want_v = x;
+                want = i;
+            }
+        }
+        if (trial % 7 == 0) { /* a biased token tied with the best unbiased one */
+            int other = -1;
+            for (int i = 0; i < n && other < 0; i++) {
+                bool biased = false;
+                for (size_t b = 0; b < nb; b++)
+                    biased = biased || bias[b].token == i;
+                if (!biased && i != want)
+                    other = i;
+            }
+            if (other >= 0 && want_v > -INFINITY) {
+                l[other] = (float)want_v;
+                want = other < want ? other : want;
+            }
+        }
+        struct fx_sampler_params p = neutral_params();
+        p.temperature = 0.0f;
+        p.logit_bias = bias;
+        p.n_logit_bias = nb;
+        struct fx_sampler *s = make_sampler(n, &p);
+        fx_token got = -1;
+        if (want < 0) {
+            struct fx_error err = {0};
+            assert_int_equal(fx_sampler_sample(s, l, &got, &err), FX_ERR_INVALID_ARG);
+        } else {
+            assert_int_equal(fx_sampler_sample(s, l, &got, NULL), FX_OK);
+            assert_int_equal(got, want);
+            const struct fx_cands *c;
+            assert_int_equal(fx_sampler_candidates(s, l, &c, NULL), FX_OK);
+            assert_int_equal(c->data[0].id, want);
+        }
+        fx_sampler_free(s);
+    }
+    /* Every token banned but one, whose logit is -inf: no token is possible. */
+    float flat[4] = {1, 2, -INFINITY, 3};
+    struct fx_logit_bias bans[3] = {{3, -INFINITY}, {0, -INFINITY}, {1, -INFINITY}};
+    struct fx_sampler_params p = neutral_params();
+    p.temperature = 0.0f;
+    p.logit_bias = bans;
+    p.n_logit_bias = 3;
+    struct fx_sampler *s = make_sampler(4, &p);
+    fx_token got = -1;
+    struct fx_error err = {0};
+    assert_int_equal(fx_sampler_sample(s, flat, &got, &err), FX_ERR_INVALID_ARG);
+    fx_sampler_free(s);
+}
+
 /* ---- top-k ---------------------------------------------------------------------------------- */
 
 FX_TEST(sample_top_k_keeps_the_k_best_in_order) {
