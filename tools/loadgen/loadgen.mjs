@@ -1,8 +1,9 @@
 // Load generator for OpenAI-compatible servers (ferrox serve, llama-server, vLLM): N concurrent
 // clients each send streaming chat requests back to back; reports aggregate generated tokens/s,
 // time to first token (TTFT) p50/p95, inter-token latency (ITL, between content chunks: a chunk
-// holds every token a server step released, several with speculative decoding) p50/p95, and
-// time per output token (TPOT: a request's time after its first chunk over its other tokens).
+// holds every token a server step released, several with speculative decoding) p50/p95/p99 and
+// the longest, and time per output token (TPOT: a request's time after its first chunk over its
+// other tokens).
 //
 //   node tools/loadgen/loadgen.mjs --url http://127.0.0.1:8080/v1 --concurrency 16 \
 //        --requests 32 --max-tokens 64 --prompt-words 80 [--seed S] [--model NAME] [--json]
@@ -78,10 +79,12 @@ const result = {
     url, model, concurrency, requests: total, max_tokens: maxTokens, failures, wall_s: wall,
     generated_tokens: generated, tokens_per_s: generated / wall,
     ttft_p50_s: pct(ttft, 0.5), ttft_p95_s: pct(ttft, 0.95), itl_p50_s: pct(itl, 0.5), itl_p95_s: pct(itl, 0.95),
+    itl_p99_s: pct(itl, 0.99), itl_max_s: itl.length ? Math.max(...itl) : NaN,
     tpot_p50_s: pct(tpot, 0.5), tpot_p95_s: pct(tpot, 0.95),
 };
 if (args.json) console.log(JSON.stringify(result));
 else console.log(`concurrency ${concurrency}: ${result.tokens_per_s.toFixed(1)} tok/s, TTFT p50 ` +
     `${result.ttft_p50_s.toFixed(3)} s p95 ${result.ttft_p95_s.toFixed(3)} s, ITL p50 ` +
-    `${result.itl_p50_s.toFixed(4)} s p95 ${result.itl_p95_s.toFixed(4)} s, TPOT p50 ${result.tpot_p50_s.toFixed(4)} s ` +
+    `${result.itl_p50_s.toFixed(4)} s p95 ${result.itl_p95_s.toFixed(4)} s p99 ${result.itl_p99_s.toFixed(4)} s ` +
+    `max ${result.itl_max_s.toFixed(4)} s, TPOT p50 ${result.tpot_p50_s.toFixed(4)} s ` +
     `p95 ${result.tpot_p95_s.toFixed(4)} s (${total} requests, ${failures} failed)`);
