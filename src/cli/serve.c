@@ -31,6 +31,7 @@ enum {
     OPT_CONN_MAX,
     OPT_SHUTDOWN_TIMEOUT,
     OPT_STEP_TOKENS,
+    OPT_SPEC_MAX_BATCH,
     OPT_BLOCK_SIZE,
 };
 
@@ -52,8 +53,9 @@ static void usage(FILE *out) {
             "  --max-num-batched-tokens N\n"
             "                            rows of a step while sequences decode: one per\n"
             "                            decoding sequence, drafts and prompt chunks share the\n"
-            "                            rest (default %d; -b rows when none decodes, or for a\n"
-            "                            backlog of more than -b prompt rows)\n"
+            "                            rest (default: -b)\n"
+            "  --spec-max-batch N        adaptive speculation drafts only while at most N\n"
+            "                            sequences decode (default %d)\n"
             "  --block-size N            positions per KV block, the prefix cache's unit\n"
             "                            (default %d)\n"
             "  --queue-max N             requests waiting at most; past it 503 (default 64)\n"
@@ -71,7 +73,7 @@ static void usage(FILE *out) {
             "The sampling options below are the defaults of requests that do not say;\n"
             "-n is the default max_tokens. Speculation: --spec ngram (prompt lookup per\n"
             "sequence, the default) or none; draft models are not served.\n",
-            FX_ENGINE_N_BATCH, FX_ENGINE_STEP_TOKENS, FX_ENGINE_BLOCK_SIZE);
+            FX_ENGINE_N_BATCH, FX_ENGINE_SPEC_MAX_BATCH, FX_ENGINE_BLOCK_SIZE);
     fx_cli_gen_usage(out);
 }
 
@@ -135,6 +137,7 @@ static int parse_args(int argc, char **argv, struct serve_opts *o) {
         {"conn-max", required_argument, NULL, OPT_CONN_MAX},
         {"shutdown-timeout", required_argument, NULL, OPT_SHUTDOWN_TIMEOUT},
         {"max-num-batched-tokens", required_argument, NULL, OPT_STEP_TOKENS},
+        {"spec-max-batch", required_argument, NULL, OPT_SPEC_MAX_BATCH},
         {"block-size", required_argument, NULL, OPT_BLOCK_SIZE},
         {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -207,6 +210,10 @@ static int parse_args(int argc, char **argv, struct serve_opts *o) {
         case OPT_STEP_TOKENS:
             ok = fx_cli_parse_int(optarg, 1, 1 << 20, &o->engine.step_tokens),
             what = "--max-num-batched-tokens (>= 1)";
+            break;
+        case OPT_SPEC_MAX_BATCH:
+            ok = fx_cli_parse_int(optarg, 1, 1 << 20, &o->engine.spec_max_batch),
+            what = "--spec-max-batch (sequences, >= 1)";
             break;
         case OPT_BLOCK_SIZE:
             ok = fx_cli_parse_int(optarg, 1, 4096, &o->engine.block_size),

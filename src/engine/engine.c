@@ -53,13 +53,13 @@ struct fx_engine_params fx_engine_default_params(void) {
     return (struct fx_engine_params){.n_parallel = 4,
                                      .n_ctx = 4096,
                                      .n_batch = FX_ENGINE_N_BATCH,
-                                     .step_tokens = FX_ENGINE_STEP_TOKENS,
                                      .queue_max = 64,
                                      .type_k = cp.type_k,
                                      .type_v = cp.type_v,
                                      .pooling = FX_POOLING_MEAN,
                                      .spec = false,
-                                     .spec_params = fx_spec_default_params()};
+                                     .spec_params = fx_spec_default_params(),
+                                     .spec_max_batch = FX_ENGINE_SPEC_MAX_BATCH};
 }
 
 int32_t fx_engine_n_parallel(const struct fx_engine *e) {
@@ -383,10 +383,15 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
     if (p.n_batch == 0)
         p.n_batch = FX_ENGINE_N_BATCH;
     if (p.step_tokens == 0)
-        p.step_tokens = FX_ENGINE_STEP_TOKENS;
+        p.step_tokens = p.n_batch;
     if (p.step_tokens < 1)
         return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET,
                             "--max-num-batched-tokens %d: >= 1", p.step_tokens);
+    if (p.spec_max_batch == 0)
+        p.spec_max_batch = FX_ENGINE_SPEC_MAX_BATCH;
+    if (p.spec_max_batch < 1)
+        return fx_error_set(err, FX_ERR_INVALID_ARG, FX_NO_OFFSET, "--spec-max-batch %d: >= 1",
+                            p.spec_max_batch);
     const struct fx_spec_params *sp = &p.spec_params;
     if (p.spec && (sp->draft_max < 1 || sp->draft_max > 256 || sp->draft_min < 0 ||
                    sp->draft_min > sp->draft_max))
@@ -457,8 +462,11 @@ fx_status fx_engine_create(const struct fx_model *m, const struct fx_vocab *v,
     e->b_logits = malloc((size_t)p.n_batch * sizeof *e->b_logits);
     e->b_snap = malloc((size_t)p.n_batch * sizeof *e->b_snap);
     /* Rows with logits: each slot's last row (decoding or the end of its prompt) and, with
-     * speculation, the drafts (at most step_tokens); never more than the batch. */
-    int64_t n_logit_rows = (int64_t)p.n_parallel + (p.spec ? p.step_tokens : 0);
+     * speculation, the drafts (at most step_tokens and FX_ENGINE_DRAFT_ROWS); never more than
+     * the batch. */
+    int32_t draft_rows =
+        p.step_tokens < FX_ENGINE_DRAFT_ROWS ? p.step_tokens : FX_ENGINE_DRAFT_ROWS;
+    int64_t n_logit_rows = (int64_t)p.n_parallel + (p.spec ? draft_rows : 0);
     e->n_logit_rows = (int32_t)(n_logit_rows < p.n_batch ? n_logit_rows : p.n_batch);
     e->logits = malloc((size_t)e->n_logit_rows * (size_t)e->n_vocab * sizeof *e->logits);
     if (!e->eog || !e->slots || !e->order || !e->touched || !e->b_tok || !e->b_pos || !e->b_seq ||

@@ -66,7 +66,7 @@ struct fx_engine_params {
     int32_t step_tokens; /* rows per step while sequences decode (vLLM's
                             max_num_batched_tokens): a row for each decoding sequence, then
                             drafts and prompt chunks share what is left; a backlog of more than
-                            n_batch prompt rows takes n_batch (sched.c); 0: FX_ENGINE_STEP_TOKENS */
+                            n_batch prompt rows takes n_batch (sched.c); 0: n_batch */
     int32_t n_threads;   /* workers; 0: one per CPU */
     int32_t queue_max;   /* requests waiting for admission at most; default 64 */
     int32_t block_size;  /* positions per KV block; 0: FX_ENGINE_BLOCK_SIZE */
@@ -76,10 +76,18 @@ struct fx_engine_params {
      * verifies its drafts as rows of the step; the text is the same as without. */
     bool spec;
     struct fx_spec_params spec_params;
+    int32_t spec_max_batch; /* adaptive speculation drafts only in steps where at most this many
+                               sequences decode (vLLM's disable_by_batch_size); 0:
+                               FX_ENGINE_SPEC_MAX_BATCH */
 };
 
-/* The default of step_tokens (measured: docs/PERFORMANCE.md, "ferrox serve: a step budget"). */
-#define FX_ENGINE_STEP_TOKENS 64
+/* The default of spec_max_batch. On 2 CPUs (smollm2, docs/PERFORMANCE.md, the tenth session)
+ * prompt lookup paid at 2 sequences and not at 4 (the same throughput, longer gaps between
+ * tokens): with more rows a step is no longer bound by reading the weights, which is what a
+ * draft row shares for free. */
+#define FX_ENGINE_SPEC_MAX_BATCH 2
+/* Draft rows a step holds at most (the logits kept for them). */
+#define FX_ENGINE_DRAFT_ROWS 64
 /* The default of block_size. */
 #define FX_ENGINE_BLOCK_SIZE 16
 /* The default of n_batch: a burst of prompts is prefilled in steps of this many rows, and the

@@ -558,13 +558,15 @@ static int32_t build_batch(struct fx_engine *e, int32_t n_slots, int32_t *n_logi
     /* The drafts, oldest request first, proposed once even if the batch is rebuilt: in the rows
      * of step_tokens that the decoding rows and then the prompts leave (prompts first: a draft
      * may be wasted, a prompt row never is, and prompts left waiting pile up), and every slot
-     * may have a row with logits besides them. */
+     * may have a row with logits besides them. Adaptive speculation drafts only while few
+     * sequences decode (spec_max_batch). */
     int32_t room = e->p.step_tokens < budget ? e->p.step_tokens : budget;
     room = room > n_dec ? room - n_dec : 0;
     room = room > pending ? room - pending : 0;
     if (room > e->n_logit_rows - n_slots)
         room = e->n_logit_rows - n_slots;
-    for (int32_t i = 0; i < n_slots && e->p.spec; i++) {
+    bool drafts = e->p.spec && (n_dec <= e->p.spec_max_batch || !e->p.spec_params.adaptive);
+    for (int32_t i = 0; i < n_slots && drafts; i++) {
         struct fx_slot *s = e->order[i];
         if (!decodes(s))
             continue;
