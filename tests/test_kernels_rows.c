@@ -520,6 +520,22 @@ FX_TEST(kernels_argmax_ties_to_lowest) {
         assert_int_equal(t->argmax(special, 6), 2); /* NaN never wins */
         float masked[3] = {-INFINITY, -INFINITY, -INFINITY};
         assert_int_equal(t->argmax(masked, 3), 0);
+        /* Rows longer than a vector: only NaN gives 0; NaN then -inf gives the first -inf; +0
+         * and -0 are equal, the first of them wins; the maximum in the tail is found. */
+        float row[37];
+        for (int i = 0; i < 37; i++)
+            row[i] = NAN;
+        assert_int_equal(t->argmax(row, 37), 0);
+        row[20] = -INFINITY;
+        row[30] = -INFINITY;
+        assert_int_equal(t->argmax(row, 37), 20);
+        row[25] = -0.0f;
+        row[33] = 0.0f;
+        assert_int_equal(t->argmax(row, 37), 25);
+        row[36] = 1e-30f;
+        assert_int_equal(t->argmax(row, 37), 36);
+        row[3] = INFINITY;
+        assert_int_equal(t->argmax(row, 37), 3);
     }
     free(x);
 }

@@ -6,6 +6,7 @@
 #include "sample/sample.h"
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 /* The largest penalty window: far beyond any context length, small enough that the ring stays a
  * modest allocation when the value comes from a request. */
@@ -167,59 +168,33 @@ fx_status fx_sampler_candidates(struct fx_sampler *s, const float *logits,
 }
 
 /* Greedy decoding without an active penalty: the chain's choice is the first largest logit
- * after the logit bias (NaN never wins, as in fx_cands_from_logits), found in one pass over the
- * logits instead of building the candidates (which cost about 0.1 ms a row for 49,152 tokens:
- * the server's ignore_eos is a bias). The pass keeps GREEDY_LANES running maxima of interleaved
- * elements, independent chains of comparisons that the CPU overlaps, and each lane keeps its
- * first largest, so the lowest id among the lanes' tied maxima is the first overall. It skips
- * the biased tokens, which are then compared with their biases added as the chain adds them.
- * False where no token is above -inf: the chain then reports it. */
-#define GREEDY_LANES 8
-
-struct greedy_lanes {
-    float best[GREEDY_LANES];
-    int32_t id[GREEDY_LANES]; /* -1: nothing above -inf yet */
-};
-
-/* Logits [b, e) into the lanes, in id order. */
-static void greedy_scan(struct greedy_lanes *g, const float *logits, int32_t b, int32_t e) {
-    int32_t i = b;
-    for (; i + GREEDY_LANES <= e; i += GREEDY_LANES)
-        for (int k = 0; k < GREEDY_LANES; k++)
-            if (logits[i + k] > g->best[k]) {
-                g->best[k] = logits[i + k];
-                g->id[k] = i + k;
-            }
-    for (int k = 0; i < e; i++, k++)
-        if (logits[i] > g->best[k]) {
-            g->best[k] = logits[i];
-            g->id[k] = i;
-        }
-}
-
+ * after the logit bias (NaN never wins, as in fx_cands_from_logits), found with the kernels'
+ * argmax instead of building the candidates (which cost about 0.1 ms a row for 49,152 tokens:
+ * the server's ignore_eos is a bias). The argmax runs over the stretches between the biased
+ * tokens, in id order, so the first largest of the first stretch that has it wins; the biased
+ * tokens are then compared with their biases added as the chain adds them. False where no token
+ * is above -inf: the chain then reports it. */
 static bool plain_greedy(const struct fx_sampler *s, const float *logits, fx_token *out) {
     if (s->params.temperature > 0.0f || s->pen.ring)
         return false;
-    struct greedy_lanes g;
-    for (int k = 0; k < GREEDY_LANES; k++) {
-        g.best[k] = -INFINITY;
-        g.id[k] = -1;
-    }
+    int64_t (*argmax)(const float *x, int64_t n) = fx_kernels()->argmax;
     const struct fx_logit_bias *bias = s->bias;
     size_t n_bias = s->params.n_logit_bias;
+    float best = -INFINITY;
+    int32_t best_id = -1;
     int32_t from = 0;
-    for (size_t i = 0; i < n_bias; i++) {
-        greedy_scan(&g, logits, from, bias[i].token);
-        from = bias[i].token + 1;
-    }
-    greedy_scan(&g, logits, from, s->n_vocab);
-    float best = g.best[0];
-    int32_t best_id = g.id[0];
-    for (int k = 1; k < GREEDY_LANES; k++)
-        if (g.best[k] > best || (g.best[k] == best && g.id[k] < best_id)) {
-            best = g.best[k];
-            best_id = g.id[k];
+    for (size_t i = 0; i <= n_bias; i++) {
+        int32_t to = i < n_bias ? bias[i].token : s->n_vocab;
+        if (to > from) {
+            int32_t j = from + (int32_t)argmax(logits + from, to - from);
+            if (logits[j] > best) {
+                best = logits[j];
+                best_id = j;
+            }
         }
+        if (i < n_bias)
+            from = bias[i].token + 1;
+    }
     for (size_t i = 0; i < n_bias;) {
         fx_token t = bias[i].token;
         float v = isnan(logits[t]) ? -INFINITY : logits[t];
