@@ -114,7 +114,7 @@ FX_TEST(sample_greedy_is_argmax_with_ties_to_lowest_id) {
 }
 
 FX_TEST(sample_greedy_skips_nan_and_fails_without_a_possible_token) {
-    /* 11 tokens: the greedy pass keeps 8 interleaved maxima and then a tail of 3. */
+    /* 11 tokens, fewer than a vector of the argmax's: its tail alone. */
     const int n = 11;
     struct fx_sampler_params p = fx_sampler_default_params();
     p.temperature = 0.0f;
@@ -145,7 +145,7 @@ FX_TEST(sample_greedy_with_logit_bias_matches_the_chain) {
      * float, so ties are real), NaN, bans on the best token, boosts, a token listed twice and
      * biased tokens at both ends of the vocabulary. */
     struct fx_test_rng r = {11};
-    const int n = 203; /* 25 full lanes and a tail */
+    const int n = 203; /* not a multiple of 16: the argmax's stretches end in tails */
     float l[203];
     for (int trial = 0; trial < 400; trial++) {
         random_logits(&r, l, n, true);
