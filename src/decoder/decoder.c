@@ -101,6 +101,21 @@ void *fx_dec_act_meta(const struct fx_act_bufs *a, enum fx_type w_type, int64_t 
 #define PIECE_ROWS       128
 _Static_assert(PIECE_ROWS % FX_MATMUL_ROW_UNIT == 0, "pieces start on row units");
 
+/* Steps of at most this many rows claim their next piece before computing the current one, so
+ * that its first weights come from memory while the current one ends (struct fx_mat_piece): a
+ * piece of 16 rows is four pairs of panels, and the first pair's wait was a quarter of it. More
+ * rows keep the weights of a piece in L2 for longer (the wait is a small share), and a held piece
+ * would cost more balance. */
+#define HOLD_MAX_ROWS 16
+
+/* The matrix of the list ws whose pieces hold piece p (pieces[i]: pieces of the matrices
+ * before i), from matrix i on. */
+static int piece_matrix(const int64_t *pieces, int i, int64_t p) {
+    while (p >= pieces[i + 1])
+        i++;
+    return i;
+}
+
 void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
                               const struct fx_act_bufs *a, const float *src, int64_t n,
                               int64_t n_in, int nw, const struct fx_mat *const *ws,
@@ -115,13 +130,28 @@ void fx_dec_matmuls_on_worker(const struct fx_worker *w, const struct fx_context
         pieces[i + 1] = pieces[i] + (ws[i]->ne1 + PIECE_ROWS - 1) / PIECE_ROWS;
     }
     if (n > DYNAMIC_MIN_ROWS) {
-        int64_t p;
-        for (int i = 0; fx_par_claim(w, pieces[nw], &p);) {
-            while (p >= pieces[i + 1])
-                i++;
+        /* Claimed pieces: p now, q next (held while p runs, while more than enough pieces are
+         * left for every worker: the last ones go to whoever is free). A failed claim ends the
+         * loop: each worker draws exactly one (fx_par_claim). */
+        int64_t p, q = 0, total = pieces[nw];
+        bool have = fx_par_claim(w, total, &p);
+        for (int i = 0; have;) {
+            i = piece_matrix(pieces, i, p);
+            bool hold = n <= HOLD_MAX_ROWS && p + 2 * w->nth < total, next = false;
+            struct fx_mat_piece then = {0};
+            if (hold && (next = fx_par_claim(w, total, &q))) {
+                int iq = piece_matrix(pieces, i, q);
+                then = (struct fx_mat_piece){ws[iq], (q - pieces[iq]) * PIECE_ROWS};
+            }
             int64_t r0 = (p - pieces[i]) * PIECE_ROWS;
             fx_matmul_rows(ctx->k, ws[i], r0, r0 + PIECE_ROWS, act[i], stride[i], n, outs[i],
-                           ws[i]->ne1, meta[i]);
+                           ws[i]->ne1, meta[i], next ? &then : NULL);
+            if (hold) {
+                have = next;
+                p = q;
+            } else {
+                have = fx_par_claim(w, total, &p);
+            }
         }
     } else {
         for (int i = 0; i < nw; i++)

@@ -9,8 +9,9 @@
 #define FX_FLOAT_ENTRY(name, TYPE)                                                                 \
     static void matmul_##name(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,     \
                               uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride,  \
-                              const void *meta) {                                                  \
+                              const void *meta, const struct fx_mat_piece *then) {                 \
         (void)meta; /* f32 activations have none */                                                \
+        (void)then; /* float matmuls stream their weights without help */                          \
         float_matmul(FX_TYPE_##TYPE, w, r0, r1, act, act_stride, n_act, out, out_stride);          \
     }                                                                                              \
     static void vec_dot_##name(int64_t n, float *restrict s, const void *restrict x,               \

@@ -86,7 +86,7 @@ static void matmul_by_vec_dot(fx_vec_dot_fn vec_dot, const struct fx_mat *w, int
 
 void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                     const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                    int64_t out_stride, const void *meta) {
+                    int64_t out_stride, const void *meta, const struct fx_mat_piece *then) {
     const struct fx_type_ops *ops = &k->types[w->type];
     if (r1 > w->ne1)
         r1 = w->ne1;
@@ -94,7 +94,7 @@ void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t 
         return;
     FX_ASSERT(ops->vec_dot != NULL && r0 % FX_MATMUL_ROW_UNIT == 0);
     if (ops->matmul)
-        ops->matmul(w, r0, r1, act, act_stride, n_act, out, out_stride, meta);
+        ops->matmul(w, r0, r1, act, act_stride, n_act, out, out_stride, meta, then);
     else
         matmul_by_vec_dot(ops->vec_dot, w, r0, r1, act, act_stride, n_act, out, out_stride);
 }
@@ -104,7 +104,7 @@ void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *a
                const void *meta) {
     int64_t r0, r1;
     fx_par_range(w->ne1, ith, nth, FX_MATMUL_ROW_UNIT, &r0, &r1);
-    fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, meta);
+    fx_matmul_rows(k, w, r0, r1, act, act_stride, n_act, out, out_stride, meta, NULL);
 }
 
 void fx_quantize_act(const struct fx_kernels *k, enum fx_type type, const float *src,

@@ -51,14 +51,22 @@ typedef void (*fx_from_float_fn)(const float *restrict src, void *restrict dst, 
  * vec_dot_type). */
 typedef void (*fx_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
                               const void *restrict y);
+/* The piece of a matmul a worker computes after the current one (weight rows from r0 of w), so
+ * that the current one's end can ask for its first weights: a hint, which changes no result. */
+struct fx_mat_piece {
+    const struct fx_mat *w;
+    int64_t r0;
+};
+
 /* One share of out = act * W^T: for weight rows r0 <= r < r1 and activation rows 0 <= j < n_act,
  * out[j * out_stride + r] = dot(W row r, act row j). r0 is a multiple of FX_MATMUL_ROW_UNIT.
  * Activation rows are in vec_dot_type, act_stride bytes apart; meta is NULL or their metadata
- * from the type's act_meta, rows fx_act_meta_bytes(w->ne0) apart. Must equal the table's vec_dot
- * bit for bit, packed or not, with or without meta (the contract above). */
+ * from the type's act_meta, rows fx_act_meta_bytes(w->ne0) apart. then: NULL, or the worker's
+ * next piece (struct fx_mat_piece). Must equal the table's vec_dot bit for bit, packed or not,
+ * with or without meta (the contract above). */
 typedef void (*fx_matmul_fn)(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,
                              uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride,
-                             const void *meta);
+                             const void *meta, const struct fx_mat_piece *then);
 /* What a weight type's matmul reads of an activation row besides its codes (for the R16 formats
  * dotted with Q8_0 and Q8_1 rows: each block's scale as f32, and its code sum times the weight
  * codes' offset): computed once per row into meta, fx_act_meta_bytes(n) bytes, and shared by all
@@ -319,10 +327,11 @@ void fx_matmul(const struct fx_kernels *k, const struct fx_mat *w, const void *a
                const void *meta);
 /* Weight rows [r0, r1) of the same product (r0 a multiple of FX_MATMUL_ROW_UNIT; r1 past the
  * last row means up to it): a piece of a matmul that workers share dynamically (fx_par_claim).
- * A row's result is the same whichever piece and worker compute it. */
+ * A row's result is the same whichever piece and worker compute it. then: NULL, or the piece
+ * this worker computes next, whose first weights are asked for while this one ends. */
 void fx_matmul_rows(const struct fx_kernels *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                     const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                    int64_t out_stride, const void *meta);
+                    int64_t out_stride, const void *meta, const struct fx_mat_piece *then);
 
 /* Bytes of the metadata of an activation row of n elements (fx_act_meta_fn). */
 uint64_t fx_act_meta_bytes(int64_t n);

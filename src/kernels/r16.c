@@ -327,17 +327,18 @@ static int tile_width(int64_t n) {
 struct r16_job {
     const struct fx_r16_kernel *k;
     const struct fx_mat *w;
-    int64_t nb;               /* blocks per row */
-    size_t pbytes;            /* packed block bytes */
-    uint64_t abytes;          /* activation block bytes */
-    int32_t bias;             /* */
-    const uint8_t *act;       /* */
-    uint64_t act_stride;      /* */
-    float *out;               /* */
-    int64_t out_stride;       /* */
-    int64_t r1;               /* end of the share */
-    uint8_t *buf;             /* PACK_BUF_BYTES for unpacked weights */
-    struct fx_r16_meta *meta; /* [META_ENTRIES] */
+    int64_t nb;                      /* blocks per row */
+    size_t pbytes;                   /* packed block bytes */
+    uint64_t abytes;                 /* activation block bytes */
+    int32_t bias;                    /* */
+    const uint8_t *act;              /* */
+    uint64_t act_stride;             /* */
+    float *out;                      /* */
+    int64_t out_stride;              /* */
+    int64_t r1;                      /* end of the share */
+    uint8_t *buf;                    /* PACK_BUF_BYTES for unpacked weights */
+    struct fx_r16_meta *meta;        /* [META_ENTRIES] */
+    const struct fx_mat_piece *then; /* the worker's next piece, or NULL */
 };
 
 /* The run [c0, c0 + nc) of the panel starting at row `row`: from the packed copy, or packed
@@ -448,12 +449,27 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
+/* The first run of the packed panels of w from row, `run` blocks at most, when w is packed. */
+static struct next_run first_run(const struct r16_job *j, const struct fx_mat *w, int64_t row,
+                                 int64_t run) {
+    struct next_run none = {0};
+    if (!w->packed || w->pack_kind != FX_PACK_R16 || w->type != j->w->type || w->ne0 != j->w->ne0 ||
+        row >= w->ne1)
+        return none;
+    int64_t nb = w->ne0 / fx_type_block_elems(w->type), nc = nb < run ? nb : run;
+    uint64_t panel = (uint64_t)(row / FX_R16_ROWS);
+    struct next_run next = {(const uint8_t *)w->packed + panel * (uint64_t)nb * j->pbytes,
+                            (uint64_t)nc * j->pbytes};
+    return next;
+}
+
 /* For packed weights, what run_groups reads after the pair of panels at (row, c0) in the group
  * [g0, g1) when it is a pair too: the next pair's run, else the group's first pair's next run.
- * Nothing past the group: a later chunk finds it in L2, and the next group may be another
- * worker's. */
+ * Nothing past the group (a later chunk finds it in L2, and the next group may be another
+ * worker's), except after the job's last pair: the first run of the worker's next piece (`then`,
+ * where the caller knows it). */
 static struct next_run next_pair_run(const struct r16_job *j, int64_t g0, int64_t g1, int64_t row,
-                                     int64_t c0, int64_t run) {
+                                     int64_t c0, int64_t run, bool last_chunk) {
     struct next_run none = {0};
     if (!j->w->packed || j->w->pack_kind != FX_PACK_R16)
         return none;
@@ -462,6 +478,8 @@ static struct next_run next_pair_run(const struct r16_job *j, int64_t g0, int64_
     } else if (c0 + run < j->nb) {
         row = g0;
         c0 += run;
+    } else if (j->then && last_chunk && g1 >= j->r1) {
+        return first_run(j, j->then->w, j->then->r0, run);
     } else {
         return none;
     }
@@ -504,7 +522,7 @@ static void run_groups(const struct r16_job *j, int64_t r0, int64_t r1, int64_t 
                         wp[i] = panel_run(j, row + i * FX_R16_ROWS, c0, nc,
                                           j->buf + (size_t)i * (size_t)nc * j->pbytes);
                     run_chunk(j, wp, np, row, c0, nc, a0, na, meta, meta_stride,
-                              next_pair_run(j, g0, g1, row, c0, run));
+                              next_pair_run(j, g0, g1, row, c0, run, a0 + na == n_act));
                 }
             }
         }
@@ -513,7 +531,8 @@ static void run_groups(const struct r16_job *j, int64_t r0, int64_t r1, int64_t 
 
 void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                   int64_t out_stride, const struct fx_r16_meta *given) {
+                   int64_t out_stride, const struct fx_r16_meta *given,
+                   const struct fx_mat_piece *then) {
     _Alignas(64) uint8_t buf[PACK_BUF_BYTES];
     struct fx_r16_meta meta[META_ENTRIES];
     int64_t qk = fx_type_block_elems(w->type);
@@ -533,6 +552,7 @@ void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_
         .r1 = r1,
         .buf = buf,
         .meta = meta,
+        .then = then,
     };
     bool packed = w->packed && w->pack_kind == FX_PACK_R16;
     if (!k->meta) /* the K formats' Q8_K blocks carry what they need */
@@ -567,7 +587,7 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
     uint64_t row_bytes =
         (uint64_t)(n / fx_type_block_elems(k->type)) * (uint64_t)fx_type_block_bytes(k->type);
     struct fx_mat w = {.type = k->type, .ne0 = n, .ne1 = 1, .row_bytes = row_bytes, .data = x};
-    fx_r16_matmul(k, &w, 0, 1, y, 0, 1, s, 0, NULL);
+    fx_r16_matmul(k, &w, 0, 1, y, 0, 1, s, 0, NULL, NULL);
 }
 
 void fx_r16_act_meta(const struct fx_r16_kernel *k, const void *act, int64_t n, void *meta) {

@@ -182,7 +182,8 @@ struct fx_r16_kernel {
  * rows of ne0 / 32 entries) when given, else computed a run at a time. */
 void fx_r16_matmul(const struct fx_r16_kernel *k, const struct fx_mat *w, int64_t r0, int64_t r1,
                    const void *act, uint64_t act_stride, int64_t n_act, float *out,
-                   int64_t out_stride, const struct fx_r16_meta *meta);
+                   int64_t out_stride, const struct fx_r16_meta *meta,
+                   const struct fx_mat_piece *then);
 
 /* An fx_act_meta_fn body: k->meta over the row's blocks, with the format's code offset. */
 void fx_r16_act_meta(const struct fx_r16_kernel *k, const void *act, int64_t n, void *meta);
@@ -208,8 +209,9 @@ void fx_r16_vec_dot(const struct fx_r16_kernel *k, int64_t n, float *s, const vo
 #define FX_R16_ENTRY_POINTS(table)                                                                 \
     static void matmul_r16(const struct fx_mat *w, int64_t r0, int64_t r1, const void *act,        \
                            uint64_t act_stride, int64_t n_act, float *out, int64_t out_stride,     \
-                           const void *meta) {                                                     \
-        fx_r16_matmul(&table[w->type], w, r0, r1, act, act_stride, n_act, out, out_stride, meta);  \
+                           const void *meta, const struct fx_mat_piece *then) {                    \
+        fx_r16_matmul(&table[w->type], w, r0, r1, act, act_stride, n_act, out, out_stride, meta,   \
+                      then);                                                                       \
     }                                                                                              \
     FX_R16_ACT_META(table, q8_0, Q8_0)                                                             \
     FX_R16_ACT_META(table, q4_0, Q4_0)                                                             \
