@@ -276,6 +276,7 @@ const struct fx_kernels fx_kernels_avx2_part = {
     .rope = fx_avx2_rope,
     .scale = fx_avx2_scale,
     .axpy = fx_avx2_axpy,
+    .argmax = fx_avx2_argmax,
     .kv_store = fx_avx2_kv_store,
     .kv_load = fx_avx2_kv_load,
     .delta_rows = fx_avx2_delta_rows,

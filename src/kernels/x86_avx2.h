@@ -118,6 +118,7 @@ void fx_avx2_rope(float *x, int64_t n_heads, int64_t head_stride, int32_t n_dims
                   enum fx_rope_mode mode, const float *cs);
 void fx_avx2_scale(float *out, const float *x, float s, int64_t n);
 void fx_avx2_axpy(float *y, const float *x, float a, int64_t n);
+int64_t fx_avx2_argmax(const float *x, int64_t n);
 /* The chunked delta rule (x86_avx2_ssm.c). */
 void fx_avx2_delta_rows(const struct fx_delta_state *st, int32_t r0, int32_t n, const float *q,
                         const float *k, const float *v, int64_t in_stride, const float *g,

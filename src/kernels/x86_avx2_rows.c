@@ -188,4 +188,31 @@ void fx_avx2_rope(float *x, int64_t n_heads, int64_t head_stride, int32_t n_dims
     }
 }
 
+/* The generic argmax's answer in two passes of 8 lanes, as the AVX-512 table's: the largest value
+ * (vmaxps keeps its second operand, the running maximum, where x is NaN, so NaN never wins; the
+ * tail is scanned the same way), then the first element equal to it (+0 and -0 compare equal). A
+ * row of NaN only has no equal element, and the generic scan answers 0 for it. */
+int64_t fx_avx2_argmax(const float *x, int64_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float best = _mm_cvtss_f32(h); /* a maximum is exact in any order */
+    for (; i < n; i++)
+        best = x[i] > best ? x[i] : best;
+    __m256 bv = _mm256_set1_ps(best);
+    for (i = 0; i + 8 <= n; i += 8) {
+        int eq = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), bv, _CMP_EQ_OQ));
+        if (eq)
+            return i + __builtin_ctz((unsigned)eq);
+    }
+    for (; i < n; i++)
+        if (x[i] == best)
+            return i;
+    return 0;
+}
+
 #endif
