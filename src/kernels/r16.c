@@ -341,14 +341,21 @@ struct r16_job {
     const struct fx_mat_piece *then; /* the worker's next piece, or NULL */
 };
 
+/* Block c0 of the packed panel starting at row `row` of w, packed R16 with the job's format and
+ * row width. */
+static const uint8_t *packed_at(const struct r16_job *j, const struct fx_mat *w, int64_t row,
+                                int64_t c0) {
+    return (const uint8_t *)w->packed +
+           ((uint64_t)(row / FX_R16_ROWS) * (uint64_t)j->nb + (uint64_t)c0) * j->pbytes;
+}
+
 /* The run [c0, c0 + nc) of the panel starting at row `row`: from the packed copy, or packed
  * into dst now. */
 static const uint8_t *panel_run(const struct r16_job *j, int64_t row, int64_t c0, int64_t nc,
                                 uint8_t *dst) {
     const struct fx_mat *w = j->w;
     if (w->packed && w->pack_kind == FX_PACK_R16)
-        return (const uint8_t *)w->packed +
-               ((uint64_t)(row / FX_R16_ROWS) * (uint64_t)j->nb + (uint64_t)c0) * j->pbytes;
+        return packed_at(j, w, row, c0);
     int n_rows = (int)(w->ne1 - row < FX_R16_ROWS ? w->ne1 - row : FX_R16_ROWS);
     fx_r16_pack(w->type, (const uint8_t *)w->data + (uint64_t)row * w->row_bytes, w->row_bytes,
                 n_rows, c0, nc, dst);
@@ -449,17 +456,15 @@ static void run_chunk(const struct r16_job *j, const uint8_t *const *wp, int np,
     }
 }
 
-/* The first run of the packed panels of w from row, `run` blocks at most, when w is packed. */
+/* The first run of the panels of w from row, `run` blocks at most, when w is packed in the job's
+ * format and row width (the matrices of one list are). */
 static struct next_run first_run(const struct r16_job *j, const struct fx_mat *w, int64_t row,
                                  int64_t run) {
     struct next_run none = {0};
-    if (!w->packed || w->pack_kind != FX_PACK_R16 || w->type != j->w->type || w->ne0 != j->w->ne0 ||
-        row >= w->ne1)
+    if (!w->packed || w->pack_kind != FX_PACK_R16 || w->type != j->w->type || w->ne0 != j->w->ne0)
         return none;
-    int64_t nb = w->ne0 / fx_type_block_elems(w->type), nc = nb < run ? nb : run;
-    uint64_t panel = (uint64_t)(row / FX_R16_ROWS);
-    struct next_run next = {(const uint8_t *)w->packed + panel * (uint64_t)nb * j->pbytes,
-                            (uint64_t)nc * j->pbytes};
+    struct next_run next = {packed_at(j, w, row, 0),
+                            (uint64_t)(j->nb < run ? j->nb : run) * j->pbytes};
     return next;
 }
 
