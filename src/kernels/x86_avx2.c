@@ -272,6 +272,7 @@ const struct fx_kernels fx_kernels_avx2_part = {
     .softmax = fx_avx2_softmax,
     .act = {[FX_ACT_SILU] = fx_avx2_silu},
     .glu = {[FX_ACT_SILU] = fx_avx2_swiglu},
+    .swiglu_oai = fx_avx2_swiglu_oai,
     .add = fx_avx2_add,
     .rope = fx_avx2_rope,
     .scale = fx_avx2_scale,

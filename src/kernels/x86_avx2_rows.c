@@ -121,6 +121,20 @@ void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n) {
                 n - i);
 }
 
+/* gpt-oss's gated activation (fx_avx512_swiglu_oai), 8 lanes. */
+void fx_avx2_swiglu_oai(float *out, const float *g, const float *u, int64_t n, float alpha,
+                        float limit) {
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 x = _mm256_min_ps(load_n(g + i, n - i), _mm256_set1_ps(limit));
+        __m256 y = _mm256_min_ps(_mm256_max_ps(load_n(u + i, n - i), _mm256_set1_ps(-limit)),
+                                 _mm256_set1_ps(limit));
+        __m256 e =
+            exp_f32x8(_mm256_mul_ps(_mm256_set1_ps(alpha), _mm256_sub_ps(_mm256_setzero_ps(), x)));
+        __m256 s = _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        store_n(out + i, _mm256_mul_ps(s, _mm256_add_ps(y, _mm256_set1_ps(1.0f))), n - i);
+    }
+}
+
 void fx_avx2_add(float *out, const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i += 8)
         store_n(out + i, _mm256_add_ps(load_n(a + i, n - i), load_n(b + i, n - i)), n - i);

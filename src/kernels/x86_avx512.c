@@ -170,6 +170,7 @@ const struct fx_kernels fx_kernels_avx512_part = {
         },
     .act = {[FX_ACT_SILU] = fx_avx512_silu},
     .glu = {[FX_ACT_SILU] = fx_avx512_swiglu},
+    .swiglu_oai = fx_avx512_swiglu_oai,
     .argmax = fx_avx512_argmax,
     .attn_begin = fx_attn_begin_avx512,
     .attn_run = fx_attn_run_avx512,

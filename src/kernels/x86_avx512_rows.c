@@ -134,6 +134,23 @@ void fx_avx512_swiglu(float *out, const float *g, const float *u, int64_t n) {
     }
 }
 
+/* gpt-oss's gated activation, the generic kernel's formula: x = min(g, limit), y = u clamped to
+ * [-limit, limit], x / (1 + e^(alpha * -x)) * (y + 1). */
+void fx_avx512_swiglu_oai(float *out, const float *g, const float *u, int64_t n, float alpha,
+                          float limit) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = lanes16(n - i);
+        __m512 x = _mm512_min_ps(_mm512_maskz_loadu_ps(k, g + i), _mm512_set1_ps(limit));
+        __m512 y =
+            _mm512_min_ps(_mm512_max_ps(_mm512_maskz_loadu_ps(k, u + i), _mm512_set1_ps(-limit)),
+                          _mm512_set1_ps(limit));
+        __m512 e =
+            exp_f32x16(_mm512_mul_ps(_mm512_set1_ps(alpha), _mm512_sub_ps(_mm512_setzero_ps(), x)));
+        __m512 s = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_mask_storeu_ps(out + i, k, _mm512_mul_ps(s, _mm512_add_ps(y, _mm512_set1_ps(1.0f))));
+    }
+}
+
 /* The generic argmax's answer in two passes of 16 lanes: the largest value (vmaxps keeps its
  * second operand, the running maximum, where x is NaN, so NaN never wins), then the first element
  * equal to it (+0 and -0 compare equal, as in the generic scan). A row of NaN only has no equal
