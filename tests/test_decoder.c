@@ -113,13 +113,17 @@ FX_TEST(decoder_bit_identical_across_threads_and_chunks) {
 }
 
 /* Decode steps (one row) share each matmul among the workers by weight rows, a split that
- * depends on the worker count (and on which worker is free first where it is claimed). Whatever
- * the split, every step's logits are the one-thread steps' bit for bit: odd worker counts, more
- * workers than some matrices have row units; Q8_0, Q4_K, gemma3 and Gated DeltaNet layers. */
+ * depends on the worker count (and on which worker is free first where it is claimed); the
+ * experts of a mixture-of-experts layer go whole to the workers when these divide them evenly
+ * (the fixtures' 2 experts a token on 2 workers) and are shared by rows otherwise. Whatever the
+ * split, every step's logits are the one-thread steps' bit for bit: odd worker counts, more
+ * workers than some matrices have row units; Q8_0, Q4_K, gemma3, Gated DeltaNet and expert
+ * layers. */
 FX_TEST(decoder_token_steps_bit_identical_across_threads) {
-    static const char *files[] = {"models/qwen3-tiny.Q8_0.gguf", "models/llama-tiny.Q4_K.gguf",
-                                  "models/gemma3-tiny.Q8_0.gguf",
-                                  "qwen35/models/qwen35-tiny.Q8_0.gguf"};
+    static const char *files[] = {
+        "models/qwen3-tiny.Q8_0.gguf",       "models/llama-tiny.Q4_K.gguf",
+        "models/gemma3-tiny.Q8_0.gguf",      "qwen35/models/qwen35-tiny.Q8_0.gguf",
+        "models/gptoss-tiny.MXFP4_MOE.gguf", "models/qwen3moe-tiny.Q8_0.gguf"};
     static float ref[16 * NV], got[NV];
     struct fx_error err;
     const int threads[] = {2, 3, 4, 7};

@@ -124,12 +124,12 @@ struct experts_pass {
     float *dense_out;
 };
 
-/* Each worker takes its static share of the rows of every matrix of the pass (a split into
- * claimed pieces of about 128 KiB was slower in a quiet window: docs/PERFORMANCE.md). No
- * barrier. */
-static void experts_matmuls_on_worker(const struct fx_worker *w, const struct fx_context *ctx,
-                                      const struct fx_layer *l, int il, int32_t u0, int32_t u1,
-                                      const struct experts_pass *ps) {
+/* Share `part` of `parts` of the rows of every matrix of the pass: each worker its static share
+ * (a split into claimed pieces of about 128 KiB was slower in a quiet window:
+ * docs/PERFORMANCE.md), or (0 of 1) the whole of each. No barrier. */
+static void experts_matmuls(const struct fx_context *ctx, const struct fx_layer *l, int il,
+                            int32_t u0, int32_t u1, const struct experts_pass *ps, int part,
+                            int parts) {
     const struct fx_scratch *s = &ctx->s;
     uint64_t stride;
     for (int32_t u = u0; u < u1; u++) {
@@ -140,7 +140,7 @@ static void experts_matmuls_on_worker(const struct fx_worker *w, const struct fx
             struct fx_mat m = expert_mat(ctx, l, il, u, ps->which[i]);
             const void *act =
                 fx_dec_act_rows(ctx, &s->act, m.type, ps->src, ps->n_in, src_row, &stride);
-            fx_matmul(ctx->k, &m, act, stride, nr, ps->out[i] + r0 * m.ne1, m.ne1, w->ith, w->nth,
+            fx_matmul(ctx->k, &m, act, stride, nr, ps->out[i] + r0 * m.ne1, m.ne1, part, parts,
                       fx_dec_act_meta(&s->act, m.type, ps->n_in, src_row));
         }
     }
@@ -148,7 +148,7 @@ static void experts_matmuls_on_worker(const struct fx_worker *w, const struct fx
         const struct fx_mat *m = ps->dense;
         const void *act = fx_dec_act_rows(ctx, &s->act, m->type, ps->dense_src, ps->dense_n_in,
                                           ps->dense_row0, &stride);
-        fx_matmul(ctx->k, m, act, stride, ps->dense_n, ps->dense_out, m->ne1, w->ith, w->nth,
+        fx_matmul(ctx->k, m, act, stride, ps->dense_n, ps->dense_out, m->ne1, part, parts,
                   fx_dec_act_meta(&s->act, m->type, ps->dense_n_in, ps->dense_row0));
     }
 }
@@ -336,6 +336,11 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
      * later round reads it. */
     bool one_row = n == 1 && !xc;
     bool shared = l->shexp_gate.data != NULL;
+    /* A decode step whose experts the workers divide evenly: each worker computes whole experts
+     * (gate and up, hidden rows, down), streaming each of its matrices in one piece rather than
+     * a share of every one, with no barrier between its hidden rows and its down projections
+     * (a slot's rows are its expert's alone). The shared expert's rows are split by rows. */
+    bool whole = one_row && !shared && hp->n_expert_used % w->nth == 0;
     int64_t srow0 = shared ? shared_row0(ctx, n) : 0, ff_sh = hp->n_ff_shexp;
 
     /* The router and, when the layer has one, the shared expert's gate and input projections. */
@@ -410,7 +415,18 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
         if (!round_ready_on_worker(w, ctx))
             return;
         int32_t u0 = st->begin, u1 = st->end;
-        experts_matmuls_on_worker(w, ctx, l, il, u0, u1, &gate_up_pass);
+        int64_t r0 = s->expert_off[s->xused[u0]], r1 = s->expert_off[s->xused[u1 - 1] + 1];
+        if (whole) { /* worker ith's experts a0 .. a1 - 1, their slots' rows q0 .. q1 - 1 */
+            int32_t per = (u1 - u0) / w->nth, a0 = u0 + per * w->ith, a1 = a0 + per;
+            int64_t q0 = s->expert_off[s->xused[a0]], q1 = s->expert_off[s->xused[a1 - 1] + 1];
+            experts_matmuls(ctx, l, il, a0, a1, &gate_up_pass, 0, 1);
+            fx_par_barrier(w); /* the down projections' inputs overwrite the row gate_up reads */
+            hidden_rows(ctx, l, r0, r1, false, n, q0 - r0, q1 - r0);
+            experts_matmuls(ctx, l, il, a0, a1, &down_pass, 0, 1);
+            fx_par_barrier(w);
+            continue;
+        }
+        experts_matmuls(ctx, l, il, u0, u1, &gate_up_pass, w->ith, w->nth);
         fx_par_barrier(w);
 
         /* The round's slots and, in the last round, the shared expert's rows, shared among
@@ -418,12 +434,11 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
          * earlier: the shared expert's activation rows may lie over the inputs (xg's
          * activation rows) of a later round's slots. */
         bool with_shared = shared && u1 == st->n_used;
-        int64_t r0 = s->expert_off[s->xused[u0]], r1 = s->expert_off[s->xused[u1 - 1] + 1];
         fx_par_range(r1 - r0 + (with_shared ? n : 0), w->ith, w->nth, 1, &b, &e);
         hidden_rows(ctx, l, r0, r1, with_shared, n, b, e);
         fx_par_barrier(w);
         down_pass.dense = with_shared ? &l->shexp_down : NULL;
-        experts_matmuls_on_worker(w, ctx, l, il, u0, u1, &down_pass);
+        experts_matmuls(ctx, l, il, u0, u1, &down_pass, w->ith, w->nth);
         fx_par_barrier(w);
     } while (next_round_on_worker(w, ctx, il));
 
