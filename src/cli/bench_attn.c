@@ -38,31 +38,23 @@ struct attn_job {
     int iters;
 };
 
+/* KV head g's queries against the cache, as the decoder's attention block feeds them: row r of
+ * the block at position depth - rows + r sees keys 0 .. that position. */
 static void attend_head(const struct attn_job *j, int il, int g, float *state, float *tile) {
     const struct fx_kernels *k = j->k;
     int64_t hd = j->head_dim;
     int64_t n_q = (int64_t)j->kv->n_head_kv * j->group;
     struct fx_kv_step s = {.kind = FX_KV_CONTIG,
                            .u.contig = {.kv = j->kv, .pos0 = j->depth - j->rows}};
+    struct fx_block_keys bk = {.lo_min = 0, .pos_max = j->depth - 1};
+    for (int r = 0; r < j->rows; r++) {
+        bk.lo[r] = 0;
+        bk.pos[r] = j->depth - j->rows + r;
+    }
     struct fx_attn_state st;
     k->attn_begin(&st, state, j->q + (int64_t)g * j->group * hd, n_q * hd, j->rows, j->group, hd,
                   hd);
-    for (int32_t t0 = 0; t0 < j->depth; t0 += FX_ATTN_RUN) {
-        int32_t n = j->depth - t0 < FX_ATTN_RUN ? j->depth - t0 : FX_ATTN_RUN;
-        int32_t first[FX_ATT_BLOCK_ROWS], last[FX_ATT_BLOCK_ROWS];
-        for (int r = 0; r < j->rows; r++) { /* row r sees positions 0 .. depth - rows + r */
-            int32_t seen = j->depth - j->rows + r - t0;
-            first[r] = 0;
-            last[r] = seen < n - 1 ? seen : n - 1;
-        }
-        struct fx_kv_run keys, values;
-        fx_kv_step_keys(&s, k, il, 0, g, t0, n, tile, &keys);
-        fx_kv_step_values(&s, k, il, 0, g, t0, n, tile + FX_ATTN_RUN * hd, &values);
-        int32_t next = j->depth - t0 - n < FX_ATTN_RUN ? j->depth - t0 - n : FX_ATTN_RUN;
-        if (next > 0) /* as the decoder does */
-            fx_kv_step_ahead(&s, il, 0, g, t0 + n, next, &keys, &values);
-        k->attn_run(&st, first, last, &keys, &values, n, 0.125f, 0.0f);
-    }
+    fx_dec_attend_runs(k, &s, il, 0, g, j->rows, &bk, tile, hd, 0.125f, 0.0f, NULL, &st);
     k->attn_finish(j->out + (int64_t)g * st.n_q * hd, hd, st.acc, st.m, st.l, NULL, st.n_q, hd);
 }
 

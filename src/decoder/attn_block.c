@@ -56,14 +56,8 @@ static void prepare_qkv(const struct fx_chunk *c, int il, int64_t i0, int64_t i1
     }
 }
 
-/* The positions rows i0 .. i0 + n - 1 of a block see: row r keys lo[r] .. pos[r] (causal, and
- * the sliding window on its layers), all of them within lo_min .. pos_max. */
-struct block_keys {
-    int32_t lo[FX_ATT_BLOCK_ROWS], pos[FX_ATT_BLOCK_ROWS], lo_min, pos_max;
-};
-
 static void block_keys(const struct fx_context *ctx, const struct fx_chunk *c, int il, int64_t i0,
-                       int64_t n, struct block_keys *bk) {
+                       int64_t n, struct fx_block_keys *bk) {
     const struct fx_hparams *hp = &ctx->model->hp;
     const struct fx_layer *l = &ctx->model->layers[il];
     bk->lo_min = INT32_MAX, bk->pos_max = -1;
@@ -75,28 +69,10 @@ static void block_keys(const struct fx_context *ctx, const struct fx_chunk *c, i
     }
 }
 
-/* Attention of the query heads that share KV head g, for a block of rows (online softmax).
- * Keys are fed to the kernel in runs cut at multiples of FX_ATTN_RUN absolute positions, for
- * every row whatever its batch: a row's arithmetic then depends only on its own query and
- * keys, so batched, chunked and single-token steps give the same bits. Each run goes to the
- * kernel once for the whole block (its keys and values read from memory once, then from L1),
- * every row seeing its own part of it. The block's rows are one sequence's, so they share the
- * cache. state: the worker's fx_attn_state memory; tile: its [2][FX_ATTN_RUN][head size] floats
- * for runs of keys and values that cannot be read in place (fx_kv_step_keys). bk: the block's
- * positions (block_keys). after: where the first run of the worker's next block lies ([2]: keys,
- * values; NULL: none), asked for while the kernel works on this block's last run. */
-static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
-                         int64_t i0, int64_t n, const struct block_keys *bk, float *state,
-                         float *tile, const struct fx_kv_ahead *after) {
-    const struct fx_kernels *k = ctx->k;
-    const struct fx_hparams *hp = &ctx->model->hp;
-    const struct fx_layer *l = &ctx->model->layers[il];
-    int kl = l->kv_il; /* the layer's place in the cache */
-    int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
-    int group = hp->n_head / hp->n_head_kv;
-    struct fx_attn_state st;
-    k->attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
-                  hp->n_head * hd, n, group, hd, hd_v);
+void fx_dec_attend_runs(const struct fx_kernels *k, const struct fx_kv_step *s, int kl, int64_t i0,
+                        int g, int64_t n, const struct fx_block_keys *bk, float *tile,
+                        int64_t tile_dim, float scale, float softcap,
+                        const struct fx_kv_ahead *after, struct fx_attn_state *st) {
     const int32_t *lo = bk->lo, *pos = bk->pos;
     int32_t pos_max = bk->pos_max;
     for (int32_t t0 = bk->lo_min / FX_ATTN_RUN * FX_ATTN_RUN; t0 <= pos_max; t0 += FX_ATTN_RUN) {
@@ -110,20 +86,36 @@ static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c,
         if (n_keys == 0)
             continue;
         struct fx_kv_run keys, values;
-        fx_kv_step_keys(&c->kv, k, kl, i0, g, t0, n_keys, tile, &keys);
-        fx_kv_step_values(&c->kv, k, kl, i0, g, t0, n_keys, tile + FX_ATTN_RUN * ctx->kv_tile_dim,
-                          &values);
-        /* The next run's rows come from memory while the kernel works on this one. */
+        fx_kv_step_keys(s, k, kl, i0, g, t0, n_keys, tile, &keys);
+        fx_kv_step_values(s, k, kl, i0, g, t0, n_keys, tile + FX_ATTN_RUN * tile_dim, &values);
         int32_t next = pos_max - (t0 + FX_ATTN_RUN) + 1;
         if (next > 0) {
-            fx_kv_step_ahead(&c->kv, kl, i0, g, t0 + FX_ATTN_RUN,
+            fx_kv_step_ahead(s, kl, i0, g, t0 + FX_ATTN_RUN,
                              next < FX_ATTN_RUN ? next : FX_ATTN_RUN, &keys, &values);
         } else if (after) {
             keys.next = after[0];
             values.next = after[1];
         }
-        k->attn_run(&st, first, last, &keys, &values, n_keys, hp->attn_scale, hp->attn_softcap);
+        k->attn_run(st, first, last, &keys, &values, n_keys, scale, softcap);
     }
+}
+
+/* Attention of the query heads that share KV head g, for a block of rows (online softmax,
+ * fx_dec_attend_runs), into the step's attention output. state: the worker's fx_attn_state
+ * memory; tile: its runs' floats; bk: the block's positions (block_keys). */
+static void attend_block(const struct fx_context *ctx, const struct fx_chunk *c, int il, int g,
+                         int64_t i0, int64_t n, const struct fx_block_keys *bk, float *state,
+                         float *tile, const struct fx_kv_ahead *after) {
+    const struct fx_kernels *k = ctx->k;
+    const struct fx_hparams *hp = &ctx->model->hp;
+    const struct fx_layer *l = &ctx->model->layers[il];
+    int64_t hd = hp->head_dim, hd_v = hp->head_dim_v;
+    int group = hp->n_head / hp->n_head_kv;
+    struct fx_attn_state st;
+    k->attn_begin(&st, state, ctx->s.q + i0 * hp->n_head * hd + (int64_t)g * group * hd,
+                  hp->n_head * hd, n, group, hd, hd_v);
+    fx_dec_attend_runs(k, &c->kv, l->kv_il, i0, g, n, bk, tile, ctx->kv_tile_dim, hp->attn_scale,
+                       hp->attn_softcap, after, &st);
     for (int64_t r = 0; r < n; r++) {
         float *out = ctx->s.att + (i0 + r) * hp->n_head * hd_v + (int64_t)g * group * hd_v;
         k->attn_finish(out, hd_v, st.acc + r * group * hd_v, st.m + r * group, st.l + r * group,
@@ -148,7 +140,7 @@ static struct attn_item attn_item(const struct fx_context *ctx, int64_t n_items,
 /* after[0..1]: where the keys and values of the first run of item it lie (fx_kv_step_ahead). */
 static void first_run_ahead(const struct fx_context *ctx, const struct fx_chunk *c, int il,
                             struct attn_item it, struct fx_kv_ahead *after) {
-    struct block_keys bk;
+    struct fx_block_keys bk;
     block_keys(ctx, c, il, it.i0, it.n, &bk);
     int32_t t0 = bk.lo_min / FX_ATTN_RUN * FX_ATTN_RUN, n = bk.pos_max - t0 + 1;
     struct fx_kv_run keys, values;
@@ -182,7 +174,7 @@ static void attend_on_worker(const struct fx_worker *w, const struct fx_chunk *c
         struct attn_item it = attn_item(ctx, n_items, claimed);
         if (c->prepare_in_attention)
             prepare_qkv(c, il, it.i0, it.i0 + it.n, it.g, it.g + 1);
-        struct block_keys bk;
+        struct fx_block_keys bk;
         block_keys(ctx, c, il, it.i0, it.n, &bk);
         if (bk.pos_max / FX_ATTN_RUN - bk.lo_min / FX_ATTN_RUN >= HOLD_MAX_RUNS) {
             attend_block(ctx, c, il, it.g, it.i0, it.n, &bk, state, tile, NULL);

@@ -265,6 +265,28 @@ void fx_ffn_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
 void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 void fx_delta_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c, int il);
 
+/* The positions the rows of a block see: row r keys lo[r] .. pos[r] (causal, and the sliding
+ * window on its layers), all of them within lo_min .. pos_max. */
+struct fx_block_keys {
+    int32_t lo[FX_ATT_BLOCK_ROWS], pos[FX_ATT_BLOCK_ROWS], lo_min, pos_max;
+};
+
+/* The attention of KV head g's query heads for a block of n rows of the step s (from its row
+ * i0; bk: their keys), into st, which attn_begin prepared (attn_block.c; bench-attn times the
+ * same loop). Keys are fed to the kernel in runs cut at multiples of FX_ATTN_RUN absolute
+ * positions, for every row whatever its batch: a row's arithmetic then depends only on its own
+ * query and keys, so batched, chunked and single-token steps give the same bits. Each run goes
+ * to the kernel once for the whole block (its keys and values read from memory once, then from
+ * L1), every row seeing its own part of it, and the next run's rows are asked for while the
+ * kernel works on it. kl: the layer's place in the cache; tile: the worker's [2][FX_ATTN_RUN]
+ * [tile_dim] floats for runs that cannot be read in place (fx_kv_step_keys); after: where the
+ * first run of the worker's next block lies ([2]: keys, values; NULL: none), asked for during
+ * this block's last run. */
+void fx_dec_attend_runs(const struct fx_kernels *k, const struct fx_kv_step *s, int kl, int64_t i0,
+                        int g, int64_t n, const struct fx_block_keys *bk, float *tile,
+                        int64_t tile_dim, float scale, float softcap,
+                        const struct fx_kv_ahead *after, struct fx_attn_state *st);
+
 /* ---- shared steps ---- */
 
 /* Row ownership: in every row-wise region a worker handles the same rows [*b, *e) of the n rows,
