@@ -390,10 +390,10 @@ FX_TEST(kernels_exp_based_ops_hold_at_the_extremes) {
     free(u);
 }
 
-/* The AVX-512 table's SiLU and its gated product run the AVX2 table's operations 16 lanes at a
- * time, so a model's numbers do not depend on which of the two a CPU picks: the same bits over
- * the whole range of exp (-110 .. 100, underflow and overflow included), NaN and infinities, and
- * rows that end inside a vector. */
+/* The AVX-512 table's SiLU, its gated product and gpt-oss's clamped one run the AVX2 table's
+ * operations 16 lanes at a time, so a model's numbers do not depend on which of the two a CPU
+ * picks: the same bits over the whole range of exp (-110 .. 100, underflow and overflow
+ * included), NaN and infinities, and rows that end inside a vector. */
 FX_TEST(kernels_simd_tables_agree_on_silu) {
     const struct fx_kernels *avx2 = fx_kernels_named("avx2"), *avx512 = fx_kernels_named("avx512");
     if (!avx2 || !avx512)
@@ -418,6 +418,9 @@ FX_TEST(kernels_simd_tables_agree_on_silu) {
         assert_memory_equal(y2, y5, (size_t)len * 4);
         avx2->glu[FX_ACT_SILU](y2, x, u, len);
         avx512->glu[FX_ACT_SILU](y5, x, u, len);
+        assert_memory_equal(y2, y5, (size_t)len * 4);
+        avx2->swiglu_oai(y2, x, u, len, 1.702f, 7.0f);
+        avx512->swiglu_oai(y5, x, u, len, 1.702f, 7.0f);
         assert_memory_equal(y2, y5, (size_t)len * 4);
     }
     free(x);
