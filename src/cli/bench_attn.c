@@ -46,11 +46,9 @@ static void attend_head(const struct attn_job *j, int il, int g, float *state, f
     int64_t n_q = (int64_t)j->kv->n_head_kv * j->group;
     struct fx_kv_step s = {.kind = FX_KV_CONTIG,
                            .u.contig = {.kv = j->kv, .pos0 = j->depth - j->rows}};
-    struct fx_block_keys bk = {.lo_min = 0, .pos_max = j->depth - 1};
-    for (int r = 0; r < j->rows; r++) {
-        bk.lo[r] = 0;
+    struct fx_block_keys bk = {.lo_min = 0, .pos_max = j->depth - 1}; /* every lo[r] 0 */
+    for (int r = 0; r < j->rows; r++)
         bk.pos[r] = j->depth - j->rows + r;
-    }
     struct fx_attn_state st;
     k->attn_begin(&st, state, j->q + (int64_t)g * j->group * hd, n_q * hd, j->rows, j->group, hd,
                   hd);

@@ -339,7 +339,8 @@ void fx_moe_block_on_worker(const struct fx_worker *w, const struct fx_chunk *c,
     /* A decode step whose experts the workers divide evenly: each worker computes whole experts
      * (gate and up, hidden rows, down), streaming each of its matrices in one piece rather than
      * a share of every one, with no barrier between its hidden rows and its down projections
-     * (a slot's rows are its expert's alone). The shared expert's rows are split by rows. */
+     * (a slot's rows are its expert's alone). Not with a shared expert, whose down projection
+     * the experts' pass splits by rows. */
     bool whole = one_row && !shared && hp->n_expert_used % w->nth == 0;
     int64_t srow0 = shared ? shared_row0(ctx, n) : 0, ff_sh = hp->n_ff_shexp;
 
