@@ -100,6 +100,9 @@ TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libferrox.a
 BIN := $(BUILD)/ferrox
 TEST_BIN := $(BUILD)/ferrox_tests
+# The server benchmark's load generator in C (tools/loadgen/, beside loadgen.mjs).
+LOADGEN_OBJ := $(BUILD)/tools/loadgen/loadgen.o $(BUILD)/tools/loadgen/stream.o
+LOADGEN := $(BUILD)/ferrox-loadgen
 
 # Per-ISA kernel files: the only objects built with -m flags.
 ISA_AVX2 := -mavx2 -mfma -mf16c -mbmi2
@@ -110,7 +113,7 @@ $(BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 .PHONY: all test fuzz format format-check clean
 .DEFAULT_GOAL := all
 
-all: $(BIN) $(LIB) $(CUDA_BENCH)
+all: $(BIN) $(LIB) $(LOADGEN) $(CUDA_BENCH)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -128,6 +131,9 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(CLI_OBJ) $(LIB)
 	$(CC) $(LDFLAGS_ALL) $(CLI_OBJ) $(LIB) $(LDLIBS_ALL) -o $@
 
+$(LOADGEN): $(LOADGEN_OBJ)
+	$(CC) $(LDFLAGS_ALL) $^ -ljansson -lm -o $@
+
 $(CUDA_BENCH): $(BUILD)/tools/gpu/bench_matvec.o $(LIB)
 	$(CC) $(LDFLAGS_ALL) $< $(LIB) $(LDLIBS_ALL) -o $@
 
@@ -135,9 +141,11 @@ $(TEST_BIN): $(TEST_OBJ) $(LIB)
 	$(CC) $(LDFLAGS_ALL) $(TEST_OBJ) $(LIB) -lcmocka $(LDLIBS_ALL) -o $@
 
 # The tests run from the repository root so that the default fixture paths (../shared/...) work;
-# FERROX_BIN lets the command-line tests run the binary of the same build.
-test: $(TEST_BIN) $(BIN)
-	FERROX_BIN=$(abspath $(BIN)) FX_TEST_FILTER='$(TEST_FILTER)' $(TEST_BIN)
+# FERROX_BIN lets the command-line tests run the binary of the same build (FERROX_LOADGEN: the load
+# generator).
+test: $(TEST_BIN) $(BIN) $(LOADGEN)
+	FERROX_BIN=$(abspath $(BIN)) FERROX_LOADGEN=$(abspath $(LOADGEN)) \
+		FX_TEST_FILTER='$(TEST_FILTER)' $(TEST_BIN)
 
 # libFuzzer targets: each fuzz/fuzz_NAME.c becomes build/fuzz/fuzz_NAME, linked against the
 # library sources compiled by clang with the fuzzer's coverage instrumentation.
@@ -165,6 +173,10 @@ $(FUZZ_BUILD)/src/kernels/x86_avx512%: ISA_FLAGS := $(ISA_AVX512)
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/fuzz/fuzz_%.o $(FUZZ_LIB_OBJ)
 	$(CLANG) -fsanitize=fuzzer,address,undefined -pthread $^ $(LDLIBS_ALL) -o $@
 
+# The load generator's response reader is not in the library: its fuzzer links it too.
+$(FUZZ_BUILD)/fuzz_loadgen_stream: $(FUZZ_BUILD)/tools/loadgen/stream.o
+.SECONDARY: $(FUZZ_BUILD)/tools/loadgen/stream.o
+
 C_FILES = $(shell git ls-files --cached --others --exclude-standard -- '*.c' '*.h')
 
 format-check:
@@ -176,7 +188,8 @@ format:
 clean:
 	rm -rf build
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/tools/gpu/bench_matvec.d
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(LOADGEN_OBJ:.o=.d) \
+	$(BUILD)/tools/gpu/bench_matvec.d
 -include $(FUZZ_LIB_OBJ:.o=.d)
 
 # The GGUF fuzzer's seed corpus, written by the test that checks it (see tests/test_gguf_malformed.c):

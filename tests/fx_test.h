@@ -53,6 +53,11 @@ void fx_test_write_file(const char *path, const void *data, size_t size);
  * may be NULL). Returns the exit status, or -1 when the process died from a signal. */
 int fx_test_run_cli(const char *const *args, const char *stdin_text, char **out, char **err);
 
+/* The same for the program named by the environment variable bin_var (FERROX_LOADGEN: the load
+ * generator of this build). */
+int fx_test_run_program(const char *bin_var, const char *const *args, const char *stdin_text,
+                        char **out, char **err);
+
 /* Deterministic random numbers for tests (splitmix64). */
 struct fx_test_rng {
     uint64_t s;

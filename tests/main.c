@@ -160,9 +160,14 @@ void fx_test_write_file(const char *path, const void *data, size_t size) {
 }
 
 int fx_test_run_cli(const char *const *args, const char *stdin_text, char **out, char **err) {
-    const char *bin = getenv("FERROX_BIN");
+    return fx_test_run_program("FERROX_BIN", args, stdin_text, out, err);
+}
+
+int fx_test_run_program(const char *bin_var, const char *const *args, const char *stdin_text,
+                        char **out, char **err) {
+    const char *bin = getenv(bin_var);
     if (!bin || !*bin)
-        fail_msg("FERROX_BIN is not set; run the tests with 'make test'");
+        fail_msg("%s is not set; run the tests with 'make test'", bin_var);
     static unsigned serial;
     char in_path[PATH_MAX], out_path[PATH_MAX], err_path[PATH_MAX];
     unsigned id = __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED);

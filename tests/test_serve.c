@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -385,6 +386,68 @@ FX_TEST(serve_prefix_cache_metrics) {
     assert_true(metric(s.port, "prefix_cache_queries_total", "") - queries0 == 120);
     assert_true(metric(s.port, "prefill_tokens_computed_total", "") - computed0 == 24);
     server_stop(&s);
+}
+
+/* ferrox-loadgen (tools/loadgen/loadgen.c), N streaming chat clients in C: run against a real
+ * server it counts every generated token of every request, and the server's own counters agree;
+ * it sends the API key when given one and reports a request it could not make as failed. */
+static double number(const json_t *res, const char *key) {
+    const json_t *v = json_object_get(res, key);
+    if (!json_is_number(v))
+        fail_msg("ferrox-loadgen's %s is not a number", key);
+    return json_number_value(v);
+}
+
+FX_TEST(serve_loadgen_counts_every_token) {
+    struct server s;
+    const char *extra[] = {"-np", "3", "--api-key", "sesame", NULL};
+    server_start(&s, extra);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", s.port);
+    const char *no_key[] = {"--url", url, "--requests", "2", "--max-tokens", "3", NULL};
+    char *out = NULL, *err = NULL;
+    assert_int_equal(fx_test_run_program("FERROX_LOADGEN", no_key, NULL, &out, &err), 1);
+    expect_contains(err, "HTTP status 401", "ferrox-loadgen without the key");
+    free(out);
+    free(err);
+
+    double generated0 = metric(s.port, "generation_tokens_total", "");
+    double length0 = metric(s.port, "request_success_total", "finished_reason=\"length\"");
+    const char *args[] = {"--url",      url, "--api-key",    "sesame", "--concurrency",  "3",
+                          "--requests", "5", "--max-tokens", "7",      "--prompt-words", "12",
+                          "--seed",     "9", "--json",       NULL};
+    int rc = fx_test_run_program("FERROX_LOADGEN", args, NULL, &out, &err);
+    if (rc != 0)
+        fail_msg("ferrox-loadgen failed (%d): %s", rc, err);
+    json_t *res = json_loads(out, 0, NULL);
+    assert_non_null(res);
+    assert_true(number(res, "failures") == 0);
+    assert_true(number(res, "requests") == 5);
+    assert_true(number(res, "generated_tokens") == 35);
+    assert_true(number(res, "tokens_per_s") > 0);
+    assert_true(number(res, "ttft_p50_s") > 0);
+    assert_true(number(res, "ttft_p50_s") <= number(res, "ttft_p95_s"));
+    assert_true(number(res, "itl_p50_s") <= number(res, "itl_p95_s"));
+    assert_true(number(res, "itl_p95_s") <= number(res, "itl_p99_s"));
+    assert_true(number(res, "itl_p99_s") <= number(res, "itl_max_s"));
+    assert_true(number(res, "tpot_p50_s") > 0);
+    assert_string_equal(json_string_value(json_object_get(res, "model")), "stories260K.gguf");
+    json_decref(res);
+    free(out);
+    free(err);
+    assert_true(metric(s.port, "generation_tokens_total", "") - generated0 == 35);
+    assert_true(metric(s.port, "request_success_total", "finished_reason=\"length\"") - length0 ==
+                5);
+    int port = s.port;
+    server_stop(&s);
+
+    /* Nothing listens there now: every request fails, and says why. */
+    const char *gone[] = {"--url", url, "--model", "x", "--requests", "2", NULL};
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", port);
+    assert_int_equal(fx_test_run_program("FERROX_LOADGEN", gone, NULL, &out, &err), 1);
+    expect_contains(err, "request 1: connect to 127.0.0.1", "ferrox-loadgen without a server");
+    free(out);
+    free(err);
 }
 
 FX_TEST(serve_hostile_inputs) {
