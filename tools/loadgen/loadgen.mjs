@@ -13,7 +13,9 @@
 // a prefix, and asks for exactly --max-tokens tokens (ignore_eos, as llama.cpp's field;
 // temperature 0). The words come from --seed: runs against one server with the same seed send
 // the same prompts, which its prefix cache then holds, so give each run its own seed. Install the
-// client first: cd tools/loadgen && npm install.
+// client first: cd tools/loadgen && npm install. loadgen.c (build/release/ferrox-loadgen) sends
+// the same requests from C for a tenth of this client's CPU: on a 2-CPU machine, use it for the
+// server's figures.
 import OpenAI from 'openai';
 
 const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
