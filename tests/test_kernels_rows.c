@@ -343,15 +343,11 @@ FX_TEST(kernels_activations_match_double) {
     free(y);
 }
 
-/* ggml's fp16 GELU is a table: entry h is the f32 tanh-GELU of fp16 value h, rounded to fp16.
- * Every fp16 input in (-10, 10) must give exactly that (with the generic f32 GELU, which is
- * ggml's formula), in every table; that is within an fp16 step of the exact GELU, plus the f32
- * formula's own error where 1 + tanh cancels (|x| 2^-22). Values that are not fp16 go through
- * the entry of their fp16 rounding; -10 and below give 0, 10 and above give x. */
-/* The SIMD tables compute e^x themselves: SiLU and softmax where it underflows to subnormals and
- * zero and where it overflows, against double. SiLU below x = -88.7 is x / (1 + e^-x) with e^-x
- * overflowing to infinity, so it may give 0 for values under 2^-120; softmax may be off by a
- * subnormal's last bit. */
+/* The SIMD tables compute e^x themselves: SiLU, GELU, the softcap and softmax where it underflows
+ * to subnormals and zero and where it overflows, against double. SiLU below x = -88.7 is x / (1 +
+ * e^-x) with e^-x overflowing to infinity, so it may give 0 for values under 2^-120 (GELU, x / (1
+ * + e^(-2z)), likewise); softmax may be off by a subnormal's last bit. GELU's f32 argument -2z
+ * carries its rounding (|2z| 2^-23 relative) into the exponential. */
 FX_TEST(kernels_exp_based_ops_hold_at_the_extremes) {
     const struct fx_kernels *tables[3];
     int n_tables = kref_tables(tables);
@@ -374,6 +370,28 @@ FX_TEST(kernels_exp_based_ops_hold_at_the_extremes) {
         for (int64_t i = 0; i < n; i++)
             check_close("swiglu", t->name, i, y[i], silu_d(x[i]) * u[i],
                         2 * REL * fabs(silu_d(x[i]) * u[i]) + 0x1p-118);
+        /* The generic GELU's 0.5 x (1 + tanh(z)) cancels where tanh(z) nears -1: |x| 2^-22. */
+        bool tanh_form = strcmp(t->name, "generic") == 0;
+        t->act[FX_ACT_GELU](y, x, n);
+        for (int64_t i = 0; i < n; i++) {
+            double z = 0.7978845608028654 * x[i] * (1 + 0.044715 * x[i] * x[i]);
+            double want = x[i] / (1 + exp(-2 * z));
+            double cancel = tanh_form ? fabs(x[i]) * 0x1p-22 : 0;
+            check_close("gelu", t->name, i, y[i], want,
+                        (REL + fabs(2 * z) * 0x1p-23) * fabs(want) + cancel + 0x1p-120);
+        }
+        t->glu[FX_ACT_GELU](y, x, u, n);
+        for (int64_t i = 0; i < n; i++) {
+            double z = 0.7978845608028654 * x[i] * (1 + 0.044715 * x[i] * x[i]);
+            double want = x[i] / (1 + exp(-2 * z)) * u[i];
+            double cancel = tanh_form ? fabs(x[i] * u[i]) * 0x1p-22 : 0;
+            check_close("geglu", t->name, i, y[i], want,
+                        (2 * REL + fabs(2 * z) * 0x1p-23) * fabs(want) + cancel + 0x1p-118);
+        }
+        memcpy(y, x, n * 4);
+        t->softcap(y, n, 30.0f);
+        for (int64_t i = 0; i < n; i++)
+            check_close("softcap", t->name, i, y[i], 30 * tanh(x[i] / 30.0), REL * 30);
         /* softmax of a row spread over 210: most entries underflow */
         memcpy(y, x, n * 4);
         t->softmax(y, n, -INFINITY);
@@ -390,11 +408,11 @@ FX_TEST(kernels_exp_based_ops_hold_at_the_extremes) {
     free(u);
 }
 
-/* The AVX-512 table's SiLU, its gated product and gpt-oss's clamped one run the AVX2 table's
- * operations 16 lanes at a time, so a model's numbers do not depend on which of the two a CPU
- * picks: the same bits over the whole range of exp (-110 .. 100, underflow and overflow
- * included), NaN and infinities, and rows that end inside a vector. */
-FX_TEST(kernels_simd_tables_agree_on_silu) {
+/* The AVX-512 table's SiLU and GELU, their gated products, gpt-oss's clamped one and the softcap
+ * run the AVX2 table's operations 16 lanes at a time, so a model's numbers do not depend on which
+ * of the two a CPU picks: the same bits over the whole range of exp (-110 .. 100, underflow and
+ * overflow included), NaN and infinities, and rows that end inside a vector. */
+FX_TEST(kernels_simd_tables_agree_on_exp_based_ops) {
     const struct fx_kernels *avx2 = fx_kernels_named("avx2"), *avx512 = fx_kernels_named("avx512");
     if (!avx2 || !avx512)
         skip();
@@ -422,6 +440,19 @@ FX_TEST(kernels_simd_tables_agree_on_silu) {
         avx2->swiglu_oai(y2, x, u, len, 1.702f, 7.0f);
         avx512->swiglu_oai(y5, x, u, len, 1.702f, 7.0f);
         assert_memory_equal(y2, y5, (size_t)len * 4);
+        avx2->act[FX_ACT_GELU](y2, x, len);
+        avx512->act[FX_ACT_GELU](y5, x, len);
+        assert_memory_equal(y2, y5, (size_t)len * 4);
+        avx2->glu[FX_ACT_GELU](y2, x, u, len);
+        avx512->glu[FX_ACT_GELU](y5, x, u, len);
+        assert_memory_equal(y2, y5, (size_t)len * 4);
+        for (int c = 0; c < 2; c++) {
+            memcpy(y2, x, (size_t)len * 4);
+            memcpy(y5, x, (size_t)len * 4);
+            avx2->softcap(y2, len, c ? 5.0f : 30.0f);
+            avx512->softcap(y5, len, c ? 5.0f : 30.0f);
+            assert_memory_equal(y2, y5, (size_t)len * 4);
+        }
     }
     free(x);
     free(u);
@@ -429,6 +460,11 @@ FX_TEST(kernels_simd_tables_agree_on_silu) {
     free(y5);
 }
 
+/* ggml's fp16 GELU is a table: entry h is the f32 tanh-GELU of fp16 value h, rounded to fp16.
+ * Every fp16 input in (-10, 10) must give exactly that (with the generic f32 GELU, which is
+ * ggml's formula), in every table; that is within an fp16 step of the exact GELU, plus the f32
+ * formula's own error where 1 + tanh cancels (|x| 2^-22). Values that are not fp16 go through
+ * the entry of their fp16 rounding; -10 and below give 0, 10 and above give x. */
 FX_TEST(kernels_gelu_f16_emulates_the_table) {
     const struct fx_kernels *g = fx_kernels_named("generic");
     const struct fx_kernels *tables[3];
