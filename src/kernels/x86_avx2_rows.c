@@ -111,15 +111,25 @@ FX_INLINE __m256 silu_f32x8(__m256 x) {
     return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
-void fx_avx2_silu(float *out, const float *x, int64_t n) {
+/* One loop per shape, the activation as a parameter (inlined: the loops are always_inline and
+ * each caller passes a constant). */
+FX_INLINE void act_rows8(float *out, const float *x, int64_t n, __m256 (*f)(__m256)) {
     for (int64_t i = 0; i < n; i += 8)
-        store_n(out + i, silu_f32x8(load_n(x + i, n - i)), n - i);
+        store_n(out + i, f(load_n(x + i, n - i)), n - i);
+}
+
+FX_INLINE void glu_rows8(float *out, const float *g, const float *u, int64_t n,
+                         __m256 (*f)(__m256)) {
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(out + i, _mm256_mul_ps(f(load_n(g + i, n - i)), load_n(u + i, n - i)), n - i);
+}
+
+void fx_avx2_silu(float *out, const float *x, int64_t n) {
+    act_rows8(out, x, n, silu_f32x8);
 }
 
 void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8)
-        store_n(out + i, _mm256_mul_ps(silu_f32x8(load_n(g + i, n - i)), load_n(u + i, n - i)),
-                n - i);
+    glu_rows8(out, g, u, n, silu_f32x8);
 }
 
 /* The tanh-approximate GELU, 0.5 x (1 + tanh(z)) with z = sqrt(2/pi) x (1 + 0.044715 x^2),
@@ -134,14 +144,11 @@ FX_INLINE __m256 gelu_f32x8(__m256 x) {
 }
 
 void fx_avx2_gelu(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8)
-        store_n(out + i, gelu_f32x8(load_n(x + i, n - i)), n - i);
+    act_rows8(out, x, n, gelu_f32x8);
 }
 
 void fx_avx2_geglu(float *out, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8)
-        store_n(out + i, _mm256_mul_ps(gelu_f32x8(load_n(g + i, n - i)), load_n(u + i, n - i)),
-                n - i);
+    glu_rows8(out, g, u, n, gelu_f32x8);
 }
 
 /* cap tanh(x / cap) (gemma2's final logits, every vocabulary entry of every token), tanh(y) as

@@ -119,20 +119,31 @@ FX_INLINE __m512 silu_f32x16(__m512 x) {
     return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
-void fx_avx512_silu(float *out, const float *x, int64_t n) {
+/* One loop per shape, the activation as a parameter (inlined: the loops are always_inline and
+ * each caller passes a constant). */
+FX_INLINE void act_rows16(float *out, const float *x, int64_t n, __m512 (*f)(__m512)) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        _mm512_mask_storeu_ps(out + i, k, silu_f32x16(_mm512_maskz_loadu_ps(k, x + i)));
+        _mm512_mask_storeu_ps(out + i, k, f(_mm512_maskz_loadu_ps(k, x + i)));
     }
 }
 
-void fx_avx512_swiglu(float *out, const float *g, const float *u, int64_t n) {
+FX_INLINE void glu_rows16(float *out, const float *g, const float *u, int64_t n,
+                          __m512 (*f)(__m512)) {
     for (int64_t i = 0; i < n; i += 16) {
         __mmask16 k = lanes16(n - i);
-        __m512 y = _mm512_mul_ps(silu_f32x16(_mm512_maskz_loadu_ps(k, g + i)),
-                                 _mm512_maskz_loadu_ps(k, u + i));
+        __m512 y =
+            _mm512_mul_ps(f(_mm512_maskz_loadu_ps(k, g + i)), _mm512_maskz_loadu_ps(k, u + i));
         _mm512_mask_storeu_ps(out + i, k, y);
     }
+}
+
+void fx_avx512_silu(float *out, const float *x, int64_t n) {
+    act_rows16(out, x, n, silu_f32x16);
+}
+
+void fx_avx512_swiglu(float *out, const float *g, const float *u, int64_t n) {
+    glu_rows16(out, g, u, n, silu_f32x16);
 }
 
 /* The tanh-approximate GELU as x / (1 + e^(-2z)) (fx_avx2_gelu). */
@@ -144,19 +155,11 @@ FX_INLINE __m512 gelu_f32x16(__m512 x) {
 }
 
 void fx_avx512_gelu(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = lanes16(n - i);
-        _mm512_mask_storeu_ps(out + i, k, gelu_f32x16(_mm512_maskz_loadu_ps(k, x + i)));
-    }
+    act_rows16(out, x, n, gelu_f32x16);
 }
 
 void fx_avx512_geglu(float *out, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = lanes16(n - i);
-        __m512 y = _mm512_mul_ps(gelu_f32x16(_mm512_maskz_loadu_ps(k, g + i)),
-                                 _mm512_maskz_loadu_ps(k, u + i));
-        _mm512_mask_storeu_ps(out + i, k, y);
-    }
+    glu_rows16(out, g, u, n, gelu_f32x16);
 }
 
 /* cap tanh(x / cap) (fx_avx2_softcap). */
