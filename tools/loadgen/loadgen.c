@@ -94,17 +94,26 @@ static double next_random(double *seed) {
     return *seed / 2147483648.0;
 }
 
+/* "Write a story using these words: " and n_words words, space-separated (room for the longest
+ * word and a space each). */
 static char *make_prompt(double *seed, int n_words) {
     static const char head[] = "Write a story using these words: ";
-    size_t cap = sizeof head + (size_t)n_words * 12, len = sizeof head - 1;
-    char *p = malloc(cap);
+    size_t longest = 0;
+    for (size_t i = 0; i < N_WORDS; i++)
+        longest = strlen(words[i]) > longest ? strlen(words[i]) : longest;
+    size_t len = sizeof head - 1;
+    char *p = malloc(sizeof head + (size_t)n_words * (longest + 1));
     if (!p)
         return NULL;
     memcpy(p, head, len);
     for (int i = 0; i < n_words; i++) {
         const char *w = words[(size_t)floor(next_random(seed) * N_WORDS)];
-        len += (size_t)snprintf(p + len, cap - len, "%s%s", i ? " " : "", w);
+        if (i)
+            p[len++] = ' ';
+        memcpy(p + len, w, strlen(w));
+        len += strlen(w);
     }
+    p[len] = '\0';
     return p;
 }
 
