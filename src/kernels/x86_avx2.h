@@ -113,6 +113,9 @@ void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, flo
 void fx_avx2_softmax(float *x, int64_t n, float sink);
 void fx_avx2_silu(float *out, const float *x, int64_t n);
 void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n);
+void fx_avx2_sigmoid(float *out, const float *x, int64_t n);
+void fx_avx2_sigmoid_glu(float *out, const float *g, const float *u, int64_t n);
+void fx_avx2_l2_norm(float *out, const float *x, int64_t n, float eps);
 void fx_avx2_gelu(float *out, const float *x, int64_t n);
 void fx_avx2_geglu(float *out, const float *g, const float *u, int64_t n);
 void fx_avx2_softcap(float *x, int64_t n, float cap);

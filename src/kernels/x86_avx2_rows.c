@@ -1,10 +1,11 @@
-/* AVX2 row operations: RMS norm, softmax, SiLU, GELU and their gated products, the softcap, add,
- * scale, axpy and rope. The AVX-512 table inherits them but the exp-based activations and the
- * softcap (x86_avx512_rows.c, the same operations 16 lanes at a time).
+/* AVX2 row operations: RMS and L2 norms, softmax, SiLU, GELU, sigmoid and their gated products, the
+ * softcap, add, scale, axpy and rope. The AVX-512 table inherits them but the exp-based
+ * activations and the softcap (x86_avx512_rows.c, the same operations 16 lanes at a time).
  *
  * Each computes what the generic one does, in the same f32 operations where it can: add, scale,
  * axpy and rope give the generic bits (no fused multiply-add); RMS norm keeps its sum of squares in
- * double like the generic one (in another order); softmax, SiLU, GELU and the softcap use the exp
+ * double like the generic one (in another order), as the L2 norm does; softmax, SiLU, GELU, sigmoid
+ * and the softcap use the exp
  * below, within 2 ulp of expf, so they agree with generic within the row tests' tolerance. */
 #if defined(__x86_64__)
 
@@ -52,17 +53,23 @@ FX_INLINE void store_n(float *p, __m256 v, int64_t n) {
         _mm256_maskstore_ps(p, lanes8((int)n), v);
 }
 
-void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, float eps) {
+/* The sum of the f32 squares of x[0 .. n), summed in double (as the generic RMS and L2 norms sum
+ * them, in another order: 8 lanes, then the lanes in a fixed order). */
+FX_INLINE double sum_squares(const float *x, int64_t n) {
     __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
     for (int64_t i = 0; i < n; i += 8) {
         __m256 v = load_n(x + i, n - i);
-        __m256 sq = _mm256_mul_ps(v, v); /* the f32 square, as generic, then summed in double */
+        __m256 sq = _mm256_mul_ps(v, v);
         acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
         acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
     }
     __m256d s = _mm256_add_pd(acc0, acc1);
     __m128d h = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, float eps) {
+    double sum = sum_squares(x, n);
     float mean = (float)(sum / (double)n);
     __m256 scale = _mm256_set1_ps(1.0f / sqrtf(mean + eps));
     for (int64_t i = 0; i < n; i += 8) {
@@ -71,6 +78,15 @@ void fx_avx2_rms_norm(float *out, const float *x, const float *w, int64_t n, flo
             v = _mm256_mul_ps(v, load_n(w + i, n - i));
         store_n(out + i, v, n - i);
     }
+}
+
+/* x / max(|x|, eps), the generic formula (DeltaNet's queries and keys, a row of 128 a head: the
+ * generic loop's chain of double adds was 4% of a qwen35 prefill). The AVX-512 table takes this one
+ * too, so the two give the same bits. */
+void fx_avx2_l2_norm(float *out, const float *x, int64_t n, float eps) {
+    __m256 scale = _mm256_set1_ps(1.0f / fmaxf(sqrtf((float)sum_squares(x, n)), eps));
+    for (int64_t i = 0; i < n; i += 8)
+        store_n(out + i, _mm256_mul_ps(load_n(x + i, n - i), scale), n - i);
 }
 
 void fx_avx2_softmax(float *x, int64_t n, float sink) {
@@ -130,6 +146,20 @@ void fx_avx2_silu(float *out, const float *x, int64_t n) {
 
 void fx_avx2_swiglu(float *out, const float *g, const float *u, int64_t n) {
     glu_rows8(out, g, u, n, silu_f32x8);
+}
+
+/* 1 / (1 + e^-x) (qwen35's output and shared-expert gates) */
+FX_INLINE __m256 sigmoid_f32x8(__m256 x) {
+    __m256 e = exp_f32x8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+void fx_avx2_sigmoid(float *out, const float *x, int64_t n) {
+    act_rows8(out, x, n, sigmoid_f32x8);
+}
+
+void fx_avx2_sigmoid_glu(float *out, const float *g, const float *u, int64_t n) {
+    glu_rows8(out, g, u, n, sigmoid_f32x8);
 }
 
 /* The tanh-approximate GELU, 0.5 x (1 + tanh(z)) with z = sqrt(2/pi) x (1 + 0.044715 x^2),

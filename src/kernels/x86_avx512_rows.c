@@ -1,9 +1,9 @@
-/* AVX-512 row operations worth 16 lanes. The Q8_0, Q8_1 and Q8_K activation quantizers, SiLU and
- * GELU with their gated products, gpt-oss's gated activation and the softcap give the AVX2
- * table's bits (the same operations, 16 lanes at a time);
- * measured on smollm2-135m's 512-row prefill, the AVX2 ones took 4.0% (quantizing) and 3.6%
- * (SwiGLU) of the samples. Argmax, for greedy sampling, gives the generic scan's index. The other
- * row operations come from the AVX2 table. */
+/* AVX-512 row operations worth 16 lanes. The Q8_0, Q8_1 and Q8_K activation quantizers, SiLU,
+ * GELU and sigmoid with their gated products, gpt-oss's gated activation and the softcap give the
+ * AVX2 table's bits (the same operations, 16 lanes at a time); measured on smollm2-135m's 512-row
+ * prefill, the AVX2 ones took 4.0% (quantizing) and 3.6% (SwiGLU) of the samples. Argmax, for
+ * greedy sampling, gives the generic scan's index. The other row operations come from the AVX2
+ * table. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx512.h"
@@ -144,6 +144,20 @@ void fx_avx512_silu(float *out, const float *x, int64_t n) {
 
 void fx_avx512_swiglu(float *out, const float *g, const float *u, int64_t n) {
     glu_rows16(out, g, u, n, silu_f32x16);
+}
+
+/* 1 / (1 + e^-x) (fx_avx2_sigmoid) */
+FX_INLINE __m512 sigmoid_f32x16(__m512 x) {
+    __m512 e = exp_f32x16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+void fx_avx512_sigmoid(float *out, const float *x, int64_t n) {
+    act_rows16(out, x, n, sigmoid_f32x16);
+}
+
+void fx_avx512_sigmoid_glu(float *out, const float *g, const float *u, int64_t n) {
+    glu_rows16(out, g, u, n, sigmoid_f32x16);
 }
 
 /* The tanh-approximate GELU as x / (1 + e^(-2z)) (fx_avx2_gelu). */

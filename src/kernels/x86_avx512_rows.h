@@ -9,6 +9,8 @@ void fx_avx512_quantize_act_q8_1(const float *restrict src, void *restrict dst, 
 void fx_avx512_quantize_act_q8_K(const float *restrict src, void *restrict dst, int64_t n);
 void fx_avx512_silu(float *out, const float *x, int64_t n);
 void fx_avx512_swiglu(float *out, const float *g, const float *u, int64_t n);
+void fx_avx512_sigmoid(float *out, const float *x, int64_t n);
+void fx_avx512_sigmoid_glu(float *out, const float *g, const float *u, int64_t n);
 void fx_avx512_gelu(float *out, const float *x, int64_t n);
 void fx_avx512_geglu(float *out, const float *g, const float *u, int64_t n);
 void fx_avx512_softcap(float *x, int64_t n, float cap);
