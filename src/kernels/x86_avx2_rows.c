@@ -5,8 +5,8 @@
  * Each computes what the generic one does, in the same f32 operations where it can: add, scale,
  * axpy and rope give the generic bits (no fused multiply-add); RMS norm keeps its sum of squares in
  * double like the generic one (in another order), as the L2 norm does; softmax, SiLU, GELU, sigmoid
- * and the softcap use the exp
- * below, within 2 ulp of expf, so they agree with generic within the row tests' tolerance. */
+ * and the softcap use the exp below, within 2 ulp of expf, so they agree with generic within the
+ * row tests' tolerance. */
 #if defined(__x86_64__)
 
 #include "kernels/x86_avx2.h"

@@ -12,6 +12,7 @@
  * (a second of CPU in a 4-second run at concurrency 16, an eighth of the machine). This client
  * spends about a tenth of that: a thread per connection, blocking reads, a chunk parsed by
  * jansson.
+ *
  * For the same --seed it sends byte for byte the request bodies loadgen.mjs sends (the same
  * fields, and the same random words from the same generator), so the two clients' figures
  * compare.
@@ -99,8 +100,10 @@ static double next_random(double *seed) {
 static char *make_prompt(double *seed, int n_words) {
     static const char head[] = "Write a story using these words: ";
     size_t longest = 0;
-    for (size_t i = 0; i < N_WORDS; i++)
-        longest = strlen(words[i]) > longest ? strlen(words[i]) : longest;
+    for (size_t i = 0; i < N_WORDS; i++) {
+        size_t wl = strlen(words[i]);
+        longest = wl > longest ? wl : longest;
+    }
     size_t len = sizeof head - 1;
     char *p = malloc(sizeof head + (size_t)n_words * (longest + 1));
     if (!p)
@@ -108,10 +111,11 @@ static char *make_prompt(double *seed, int n_words) {
     memcpy(p, head, len);
     for (int i = 0; i < n_words; i++) {
         const char *w = words[(size_t)floor(next_random(seed) * N_WORDS)];
+        size_t wl = strlen(w);
         if (i)
             p[len++] = ' ';
-        memcpy(p + len, w, strlen(w));
-        len += strlen(w);
+        memcpy(p + len, w, wl);
+        len += wl;
     }
     p[len] = '\0';
     return p;
@@ -130,7 +134,9 @@ static int connect_server(const struct opts *o, char *err, size_t err_size) {
     int fd = -1;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+        if (fd < 0) {
+            snprintf(err, err_size, "socket: %s", strerror(errno));
+        } else if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
             snprintf(err, err_size, "connect to %s:%s: %s", o->host, o->port, strerror(errno));
             close(fd);
             fd = -1;
@@ -216,8 +222,9 @@ static void on_event(void *user, const char *data, size_t len) {
     double t = now_s();
     json_t *chunk = json_loadb(data, len, 0, NULL);
     if (!chunk) {
-        if (!r->error[0])
-            snprintf(r->error, sizeof r->error, "a stream event is not JSON: %.60s", data);
+        if (!r->error[0]) /* data is not NUL-terminated: at most len bytes of it */
+            snprintf(r->error, sizeof r->error, "a stream event is not JSON: %.*s",
+                     (int)(len < 60 ? len : 60), data);
         return;
     }
     json_t *usage = json_object_get(chunk, "usage");
@@ -225,11 +232,9 @@ static void on_event(void *user, const char *data, size_t len) {
     if (json_is_integer(tokens))
         r->usage_tokens = json_integer_value(tokens);
     json_t *error = json_object_get(chunk, "error");
+    const char *message = json_string_value(json_object_get(error, "message"));
     if (error && !r->error[0])
-        snprintf(r->error, sizeof r->error, "the server: %s",
-                 json_string_value(json_object_get(error, "message"))
-                     ? json_string_value(json_object_get(error, "message"))
-                     : "an error event");
+        snprintf(r->error, sizeof r->error, "the server: %s", message ? message : "an error event");
     json_t *delta = json_object_get(json_array_get(json_object_get(chunk, "choices"), 0), "delta");
     const char *content = json_string_value(json_object_get(delta, "content"));
     if (content && *content) {
@@ -348,9 +353,10 @@ static int report(const struct run *run, double wall) {
     size_t n_gaps = 0, n_ttft = 0, n_tpot = 0;
     for (int i = 0; i < o->requests; i++)
         n_gaps += run->out[i].n_chunks > 1 ? (size_t)run->out[i].n_chunks - 1 : 0;
-    double *ttft = malloc(sizeof(double) * (size_t)o->requests + 1);
-    double *tpot = malloc(sizeof(double) * (size_t)o->requests + 1);
-    double *itl = malloc(sizeof(double) * n_gaps + 1);
+    /* one element more than needed, so that none of them is malloc(0) */
+    double *ttft = malloc(sizeof(double) * ((size_t)o->requests + 1));
+    double *tpot = malloc(sizeof(double) * ((size_t)o->requests + 1));
+    double *itl = malloc(sizeof(double) * (n_gaps + 1));
     if (!ttft || !tpot || !itl) {
         fprintf(stderr, "ferrox-loadgen: out of memory for the figures\n");
         free(ttft);
