@@ -90,6 +90,15 @@ pp_tg() { awk -F, 'NR > 1 { gsub(/"/, ""); printf "%s ", $(NF-1) }'; }
 
 record() { echo "$1 $2" >>"$results"; }
 
+# Stops with a message when a bench printed no figure (a file it cannot load, a bad option).
+need() {
+    local what=$1 v
+    shift
+    for v in "$@"; do
+        [ -n "$v" ] || { echo "$what printed no figure" >&2; exit 1; }
+    done
+}
+
 dense_round() {
     local m=$1 r=$2 path bytes b0 b1 fpp ftg lpp ltg
     path=$(model_path "$m")
@@ -99,6 +108,7 @@ dense_round() {
     b1=$(bandwidth)
     read -r lpp ltg <<<"$("$llama/llama-bench" -m "$path" -p 512 -n 128 -t "$t" -r 1 -o csv \
         2>/dev/null | pp_tg)"
+    need "ferrox bench or llama-bench on $path" "$fpp" "$ftg" "$lpp" "$ltg" "$b0" "$b1"
     awk -v m="$m" -v r="$r" -v fpp="$fpp" -v ftg="$ftg" -v lpp="$lpp" -v ltg="$ltg" \
         -v b0="$b0" -v b1="$b1" -v bytes="$bytes" 'BEGIN {
         roof = (b0 + b1) / 2 * 1e9 / bytes
@@ -118,10 +128,12 @@ depth_round() {
     read -r fpp ftg <<<"$("$ferrox" bench -m "$path" -p 512 -n 32 -d "$depth" -ctk "$type" \
         -ctv "$type" -t "$t" -r 1 -o csv 2>/dev/null | pp_tg)"
     b1=$(bandwidth)
+    need "ferrox bench -d $depth -ctk $type on $path" "$fpp" "$ftg" "$b0" "$b1"
     lpp=0 ltg=0
     for fa in 0 1; do
         read -r pp tg <<<"$("$llama/llama-bench" -m "$path" -p 512 -n 32 -d "$depth" -ctk "$type" \
             -ctv "$type" -fa "$fa" -t "$t" -r 1 -o csv 2>/dev/null | pp_tg)"
+        need "llama-bench -fa $fa -ctk $type on $path" "$pp" "$tg"
         lpp=$(awk -v a="$lpp" -v b="$pp" 'BEGIN { print (b > a ? b : a) }')
         ltg=$(awk -v a="$ltg" -v b="$tg" 'BEGIN { print (b > a ? b : a) }')
     done
@@ -152,6 +164,7 @@ parallel_round() {
         -o json 2>/dev/null | stg_1_16)"
     read -r l1 l16 <<<"$("$llama/llama-batched-bench" -m "$path" -c 8192 -b 2048 -ub 512 \
         -npp 128 -ntg 128 -npl 1,16 -t "$t" --output-format jsonl 2>/dev/null | stg_1_16)"
+    need "ferrox bench --parallel or llama-batched-bench on $path" "$f1" "$f16" "$l1" "$l16"
     awk -v r="$r" -v f1="$f1" -v f16="$f16" -v l1="$l1" -v l16="$l16" 'BEGIN {
         printf "smollm2-135m:Q8_0 round %d: S_TG ferrox PL1 %.1f PL16 %.1f (x%.2f its PL1); " \
                "llama.cpp PL1 %.1f PL16 %.1f; PL16 x%.2f llama.cpp\n",
