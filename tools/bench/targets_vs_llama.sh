@@ -32,8 +32,8 @@
 set -euo pipefail
 rounds=${1:-3}
 sections=${SECTIONS:-dense depth parallel}
-dense_models="smollm2-135m:Q8_0 qwen3-0.6b:Q8_0 llama-3.2-1b:Q4_K_M llama-3.2-1b:Q8_0"
-models=${MODELS:-$dense_models llama-3.2-1b:IQ4_XS}
+models=${MODELS:-smollm2-135m:Q8_0 qwen3-0.6b:Q8_0 llama-3.2-1b:Q4_K_M llama-3.2-1b:Q8_0 \
+llama-3.2-1b:IQ4_XS}
 depth_models=${DEPTH_MODELS:-llama-3.2-1b:Q4_K_M qwen3-0.6b:Q8_0}
 depth=${DEPTH:-4096}
 t=${T:-2}
@@ -128,8 +128,9 @@ need() {
 }
 
 dense_round() {
-    local m=$1 r=$2 path bytes b0 b1 fpp ftg lpp ltg roof
+    local m=$1 r=$2 path kind bytes b0 b1 fpp ftg lpp ltg roof
     path=$(model_path "$m")
+    kind=$(kind "$path")
     bytes=$(weight_bytes "$path")
     b0=$(bandwidth)
     read -r fpp ftg <<<"$("$ferrox" bench -m "$path" -p 512 -n 128 -t "$t" -r 1 -o csv \
@@ -145,8 +146,8 @@ dense_round() {
                "llama.cpp %.1f (x%.2f); bandwidth %.1f, %.1f GB/s, roofline %.1f t/s, " \
                "share %.0f%%\n",
                m, r, fpp, lpp, fpp / lpp, ftg, ltg, ftg / ltg, b0, b1, roof, 100 * ftg / roof }'
-    record "$(kind "$path"):$m:pp_ratio" "$(ratio "$fpp" "$lpp")"
-    record "$(kind "$path"):$m:tg_share" "$(ratio "$ftg" "$roof")"
+    record "$kind:$m:pp_ratio" "$(ratio "$fpp" "$lpp")"
+    record "$kind:$m:tg_share" "$(ratio "$ftg" "$roof")"
 }
 
 depth_round() {
